@@ -1,0 +1,28 @@
+// The plain-C seam between the two halves of libms_aten.so.
+//
+// MindSpore's core is built with _GLIBCXX_USE_CXX11_ABI=0 and torch 2.13 with the new ABI, so
+// std::string-based MindSpore types (AotExtra) and torch types never meet in one translation
+// unit. extra_abi0.cpp (old ABI) talks to MindSpore; everything else (new ABI) talks to ATen;
+// they exchange only the C types declared here.
+#pragma once
+
+// libms_aten.so hides every symbol it does not export on purpose.
+#define MS_ATEN_C_API __attribute__((visibility("default")))
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Implemented on the torch side (kernel.cpp). Never throw.
+// Builds the per-kernel state from an op spec; `error`, when not NULL, is kept and raised at
+// launch instead, because MindSpore reports a failing Init only as "CreateKernel".
+MS_ATEN_C_API void* ms_aten_kernel_create(const char* spec, const char* error);
+MS_ATEN_C_API void ms_aten_kernel_destroy(void* kernel);
+
+// Implemented on the MindSpore side (extra_abi0.cpp). Never throws.
+// The state that MsAtenCallInit attached to MindSpore's AotExtra, or NULL.
+MS_ATEN_C_API void* ms_aten_extra_kernel(void* extra);
+
+#ifdef __cplusplus
+}
+#endif

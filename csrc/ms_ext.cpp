@@ -1,0 +1,57 @@
+#include "ms_ext.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace {
+
+// Every dtype string MindSpore 2.10 passes to AOT kernels (see mindspore/common/dtype.py).
+constexpr std::pair<const char*, at::ScalarType> kDtypes[] = {
+    {"float16", at::kHalf},        {"bfloat16", at::kBFloat16},
+    {"float32", at::kFloat},       {"float64", at::kDouble},
+    {"bool", at::kBool},           {"int8", at::kChar},
+    {"int16", at::kShort},         {"int32", at::kInt},
+    {"int64", at::kLong},          {"uint8", at::kByte},
+    {"uint16", at::kUInt16},       {"uint32", at::kUInt32},
+    {"uint64", at::kUInt64},       {"complex64", at::kComplexFloat},
+    {"complex128", at::kComplexDouble},
+};
+
+}  // namespace
+
+at::ScalarType ms_dtype_to_scalar_type(const char* dtype) {
+  if (dtype != nullptr) {
+    for (const auto& [name, type] : kDtypes) {
+      if (std::strcmp(name, dtype) == 0) return type;
+    }
+  }
+  throw std::invalid_argument(std::string("unsupported MindSpore dtype '") +
+                              (dtype ? dtype : "<null>") + "'");
+}
+
+const char* scalar_type_to_ms_dtype(at::ScalarType dtype) {
+  for (const auto& [name, type] : kDtypes) {
+    if (type == dtype) return name;
+  }
+  throw std::invalid_argument(std::string("ATen dtype ") + c10::toString(dtype) +
+                              " has no MindSpore equivalent");
+}
+
+at::Tensor wrap_ms_buffer(void* data, int ndim, const int64_t* shape, const char* dtype,
+                          c10::Device device) {
+  const auto options = at::TensorOptions().dtype(ms_dtype_to_scalar_type(dtype)).device(device);
+  if (ndim == 0 || shape == nullptr) return at::from_blob(data, at::IntArrayRef{}, options);
+  return at::from_blob(data, at::IntArrayRef(shape, static_cast<size_t>(ndim)), options);
+}
+
+std::vector<at::Tensor> get_torch_tensors(int nparam, void** params, int* ndims, int64_t** shapes,
+                                          const char** dtypes, c10::Device device) {
+  std::vector<at::Tensor> tensors;
+  tensors.reserve(static_cast<size_t>(nparam));
+  for (int i = 0; i < nparam; ++i) {
+    tensors.push_back(wrap_ms_buffer(params[i], ndims[i], shapes[i], dtypes[i], device));
+  }
+  return tensors;
+}

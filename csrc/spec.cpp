@@ -1,0 +1,188 @@
+#include "spec.h"
+
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+
+#include "ms_ext.h"
+
+namespace ms_aten {
+namespace {
+
+[[noreturn]] void fail(const std::string& spec, const std::string& why) {
+  throw std::invalid_argument("malformed op spec '" + spec + "': " + why);
+}
+
+std::string unescape(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size()) {
+      out.push_back(static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16)));
+      i += 2;
+    } else {
+      out.push_back(text[i]);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  if (text.empty()) return parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, sep)) parts.push_back(part);
+  return parts;
+}
+
+int64_t to_int(const std::string& text) {
+  size_t used = 0;
+  const int64_t value = std::stoll(text, &used);
+  if (used != text.size()) throw std::invalid_argument("bad int '" + text + "'");
+  return value;
+}
+
+double to_double(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size()) throw std::invalid_argument("bad float '" + text + "'");
+  return value;
+}
+
+c10::IValue constant(const std::string& token) {
+  const char tag = token[0];
+  const std::string body = token.substr(1);
+  switch (tag) {
+    case 'N': return c10::IValue();
+    case 'b': return c10::IValue(body == "1");
+    case 'i': return c10::IValue(to_int(body));
+    case 'f': return c10::IValue(to_double(body));
+    case 's': return c10::IValue(unescape(body));
+    case 'y': return c10::IValue(ms_dtype_to_scalar_type(body.c_str()));
+    case 'd': return c10::IValue(c10::Device(unescape(body)));
+    case 'I': {
+      std::vector<int64_t> values;
+      for (const auto& part : split(body, ',')) values.push_back(to_int(part));
+      return c10::IValue(values);
+    }
+    case 'F': {
+      std::vector<double> values;
+      for (const auto& part : split(body, ',')) values.push_back(to_double(part));
+      return c10::IValue(values);
+    }
+    case 'B': {
+      c10::List<bool> values;
+      for (const auto& part : split(body, ',')) values.push_back(part == "1");
+      return c10::IValue(values);
+    }
+    default: throw std::invalid_argument("unknown argument token '" + token + "'");
+  }
+}
+
+SpecKind parse_kind(const std::string& spec, const std::string& word) {
+  if (word == "call") return SpecKind::kCall;
+  if (word == "out") return SpecKind::kOut;
+  if (word == "vjp") return SpecKind::kVjp;
+  fail(spec, "unknown kind '" + word + "'");
+}
+
+}  // namespace
+
+OpCall::OpCall(const std::string& spec) {
+  const auto words = split(spec, ' ');
+  if (words.size() < 4) fail(spec, "expected '<kind> <op> <overload> <outputs> <args...>'");
+  kind_ = parse_kind(spec, words[0]);
+  const std::string overload = words[2] == "." ? "" : words[2];
+  name_ = words[1] + (overload.empty() ? "" : "." + overload);
+  // Only names that torch's dispatcher knows can be called: the spec carries no code.
+  op_ = c10::Dispatcher::singleton().findSchema({words[1], overload});
+  if (!op_) throw std::invalid_argument("operator " + name_ + " is not registered in torch");
+  fixed_outputs_ = words[3] == "*" ? -1 : static_cast<int>(to_int(words[3]));
+
+  const size_t nargs = op_->schema().arguments().size();
+  if (words.size() - 4 != nargs) {
+    fail(spec, name_ + " takes " + std::to_string(nargs) + " arguments, the spec has " +
+                   std::to_string(words.size() - 4));
+  }
+  try {
+    for (size_t i = 4; i < words.size(); ++i) {
+      const std::string& token = words[i];
+      if (token.empty()) fail(spec, "empty token");
+      switch (token[0]) {
+        case 't':
+          slots_.push_back({SlotKind::kTensor, static_cast<int>(to_int(token.substr(1)))});
+          ++fixed_inputs_;
+          break;
+        case 'T':
+        case 'Q':
+          if (has_list_) fail(spec, "more than one tensor list");
+          has_list_ = true;
+          list_start_ = fixed_inputs_;
+          slots_.push_back({token[0] == 'T' ? SlotKind::kTensorList : SlotKind::kOptTensorList,
+                            fixed_inputs_});
+          break;
+        case 'o':
+          slots_.push_back({SlotKind::kOutput, static_cast<int>(to_int(token.substr(1)))});
+          break;
+        case 'D': {
+          const auto& arg = op_->schema().arguments()[i - 4];
+          if (!arg.default_value()) fail(spec, "argument '" + arg.name() + "' has no default");
+          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size())});
+          constants_.push_back(*arg.default_value());
+          break;
+        }
+        default:
+          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size())});
+          constants_.push_back(constant(token));
+      }
+    }
+  } catch (const std::invalid_argument& e) {
+    fail(spec, e.what());
+  } catch (const std::out_of_range& e) {
+    fail(spec, e.what());
+  }
+  if (has_list_ && fixed_outputs_ < 0) fail(spec, "both the inputs and the outputs vary in number");
+}
+
+int OpCall::input_count(int nparam) const {
+  return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;
+}
+
+std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
+                                       const std::vector<at::Tensor>& outputs) const {
+  const int list_len = static_cast<int>(inputs.size()) - fixed_inputs_;
+  if (list_len < 0 || (!has_list_ && list_len != 0)) {
+    throw std::invalid_argument(name_ + " expects " + std::to_string(fixed_inputs_) +
+                                (has_list_ ? " or more" : "") + " tensors, got " +
+                                std::to_string(inputs.size()));
+  }
+  std::vector<c10::IValue> stack;
+  stack.reserve(slots_.size());
+  for (const Slot& slot : slots_) {
+    switch (slot.kind) {
+      case SlotKind::kConst: stack.push_back(constants_[slot.index]); break;
+      case SlotKind::kOutput: stack.emplace_back(outputs.at(slot.index)); break;
+      case SlotKind::kTensor: {
+        // Tensors after the list shift by its length.
+        const int at = has_list_ && slot.index >= list_start_ ? slot.index + list_len : slot.index;
+        stack.emplace_back(inputs.at(at));
+        break;
+      }
+      case SlotKind::kTensorList: {
+        c10::List<at::Tensor> list;
+        for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        stack.emplace_back(std::move(list));
+        break;
+      }
+      case SlotKind::kOptTensorList: {
+        c10::List<std::optional<at::Tensor>> list;
+        for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        stack.emplace_back(std::move(list));
+        break;
+      }
+    }
+  }
+  return stack;
+}
+
+}  // namespace ms_aten

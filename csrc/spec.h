@@ -1,0 +1,64 @@
+// An op spec, decoded once per kernel into a ready-to-call form.
+//
+// The spec is a primitive attribute written by ms_aten/spec.py: space-separated tokens,
+//   <kind> <qualified op name> <overload or "."> <output count or "*"> <argument>...
+// with one argument token per schema argument, in schema order:
+//   t<j>        the j-th call-time tensor (Tensor or Tensor?)
+//   T           a Tensor[] filled by the variable-length run of call-time tensors
+//   Q           a Tensor?[] filled the same way (every entry present)
+//   o<k>        the k-th MindSpore output buffer (out= argument of an out variant)
+//   N           None            D         the schema's default
+//   b0 b1       bool            i<int>    int            f<double>  float
+//   s<%-escaped> string          I<a,b,..> int list       F<a,b,..>  float list
+//   B<0,1,..>   bool list       y<dtype>  ScalarType     d<%-esc.>  Device
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ms_aten {
+
+enum class SpecKind { kCall, kOut, kVjp };
+
+class OpCall {
+ public:
+  explicit OpCall(const std::string& spec);
+
+  SpecKind kind() const { return kind_; }
+  const std::string& name() const { return name_; }
+  const c10::OperatorHandle& op() const { return *op_; }
+
+  // The number of call-time tensors, given the total number of MindSpore parameters
+  // (inputs + outputs) of a launch.
+  int input_count(int nparam) const;
+  // The number of MindSpore outputs of a launch.
+  int output_count(int nparam) const { return nparam - input_count(nparam); }
+
+  // The argument stack for one call: constants copied, tensor slots filled from `inputs`, out=
+  // slots from `outputs`. Only the stack is built per launch; nothing is parsed.
+  std::vector<c10::IValue> stack(const std::vector<at::Tensor>& inputs,
+                                 const std::vector<at::Tensor>& outputs) const;
+
+ private:
+  enum class SlotKind { kConst, kTensor, kTensorList, kOptTensorList, kOutput };
+  struct Slot {
+    SlotKind kind;
+    int index;  // call-time tensor index in schema order, or output index
+  };
+
+  SpecKind kind_;
+  std::string name_;  // "aten::max.dim", for messages
+  std::optional<c10::OperatorHandle> op_;  // set by the constructor; the type has no default
+  int fixed_outputs_ = -1;     // -1: the op returns Tensor[] and the count comes from nparam
+  int fixed_inputs_ = 0;       // call-time tensors outside a list
+  bool has_list_ = false;      // one Tensor[] / Tensor?[] takes the remaining inputs
+  int list_start_ = 0;         // index of the list's first tensor among the call-time tensors
+  std::vector<c10::IValue> constants_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace ms_aten

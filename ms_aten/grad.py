@@ -1,0 +1,62 @@
+"""Backward of a bridged op: a second bridged kernel that runs torch autograd (csrc/grad.cpp)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from mindspore import ops
+
+from . import _lib
+from .binding import Binding
+from .infer import flatten_infer_args
+
+
+def forward_input_count(binding: Binding, n_tensors: int) -> int:
+    """How many of the VJP's n_tensors inputs are forward inputs (the rest: output grads)."""
+    if binding.list_position is None:
+        return len(binding.slots)
+    return n_tensors - len(binding.schema.returns)
+
+
+class AtenVjp(ops.Custom):
+    """Inputs: the forward's call-time tensors, then one gradient per forward output.
+    Outputs: one gradient per forward call-time tensor, shaped and typed like it."""
+
+    def __init__(self, binding: Binding):
+        self.binding = binding
+        super().__init__(_lib.kernel("MsAtenCall"), out_shape=self._unused, out_dtype=self._unused,
+                         func_type="aot")
+        self.add_prim_attr("ms_aten_spec", binding.spec("vjp"))
+
+    def __infer__(self, *args: dict) -> dict:
+        shapes, types = flatten_infer_args(args)
+        n_in = forward_input_count(self.binding, len(shapes))
+        if n_in == 1:
+            return {"shape": shapes[0], "dtype": types[0], "value": None}
+        return {"shape": tuple(shapes[:n_in]), "dtype": tuple(types[:n_in]), "value": None}
+
+    def _unused(self, *args):
+        raise AssertionError("unreachable: AtenVjp.__infer__ infers shapes")
+
+
+def make_bprop(binding: Binding) -> Callable:
+    """The bprop MindSpore calls as bprop(*inputs, out, dout), in both modes.
+
+    It must stay within what MindSpore's GRAPH mode can compile: tuple slicing, star-args.
+    """
+    vjp = AtenVjp(binding)
+    n_slots = len(binding.slots)
+    list_at = binding.list_position
+    multi_out = binding.returns_list or len(binding.schema.returns) > 1
+
+    def bprop(*args):
+        inputs = args[:-2]
+        dout = args[-1]
+        grads = vjp(*inputs, *dout) if multi_out else vjp(*inputs, dout)
+        if not isinstance(grads, tuple):
+            grads = (grads,)
+        if list_at is None or len(inputs) != n_slots or not isinstance(inputs[list_at], tuple):
+            return grads  # one gradient per input
+        n_list = len(inputs[list_at])
+        return grads[:list_at] + (grads[list_at:list_at + n_list],) + grads[list_at + n_list:]
+
+    return bprop

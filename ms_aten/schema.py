@@ -1,0 +1,145 @@
+"""Op names to dispatcher schemas: parsing, overload resolution and the out= variant."""
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+
+import torch
+
+from .constants import ConstantError, check_constant, is_tensor_arg
+
+Schema = torch._C.FunctionSchema
+
+
+def split_name(name: str) -> tuple[str, str | None]:
+    """'leaky_relu' -> ('aten::leaky_relu', None); 'aten::max.dim' -> ('aten::max', 'dim')."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an op name must be a non-empty string, got {name!r}")
+    qualified = name if "::" in name else f"aten::{name}"
+    namespace, _, rest = qualified.partition("::")
+    base, dot, overload = rest.partition(".")
+    return f"{namespace}::{base}", (overload if dot else None)
+
+
+def full_name(schema: Schema) -> str:
+    return schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+
+
+def _in_dispatcher(schema: Schema) -> bool:
+    # The JIT registry also lists interpreter-only overloads (aten::add.int) that the
+    # dispatcher, and so the C++ bridge, cannot call.
+    try:
+        torch._C._dispatch_find_schema_or_throw(schema.name, schema.overload_name)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _mutates(schema: Schema) -> bool:
+    return any(arg.alias_info is not None and arg.alias_info.is_write for arg in schema.arguments)
+
+
+@lru_cache(maxsize=None)
+def schemas(qualified: str) -> tuple[Schema, ...]:
+    """Every dispatcher overload of an op, out= and in-place ones included."""
+    found = tuple(s for s in torch._C._jit_get_schemas_for_operator(qualified) if _in_dispatcher(s))
+    if not found:
+        raise ValueError(f"unknown op '{qualified}'{_suggest(qualified)}")
+    return found
+
+
+@lru_cache(maxsize=1)
+def _all_names() -> tuple[str, ...]:
+    return tuple(sorted({s.name for s in torch._C._jit_get_all_schemas()}))
+
+
+def _suggest(qualified: str) -> str:
+    close = difflib.get_close_matches(qualified, _all_names(), n=3, cutoff=0.75)
+    return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
+def _returns_tensors(schema: Schema) -> bool:
+    return len(schema.returns) > 0 and all(
+        str(r.type) in ("Tensor", "List[Tensor]") for r in schema.returns)
+
+
+def _fit(schema: Schema, constants: dict) -> str | None:
+    """Why `constants` cannot call `schema`, or None if they can."""
+    names = {arg.name for arg in schema.arguments}
+    unknown = sorted(set(constants) - names)
+    if unknown:
+        return f"no argument named {', '.join(unknown)}"
+    for arg in schema.arguments:
+        if arg.name in constants:
+            try:
+                check_constant(arg, constants[arg.name])
+            except ConstantError as error:
+                return str(error)
+        elif not is_tensor_arg(arg) and not arg.has_default_value():
+            return f"missing constant '{arg.name}' ({arg.real_type})"
+    return None
+
+
+def resolve(name: str, constants: dict) -> Schema:
+    """The functional overload `name` means, given the constants passed to ms_aten.op."""
+    qualified, overload = split_name(name)
+    all_schemas = schemas(qualified)
+    if overload is not None:
+        matching = [s for s in all_schemas if s.overload_name == overload]
+        if not matching:
+            listed = "\n  ".join(str(s) for s in all_schemas)
+            raise ValueError(f"op '{qualified}' has no overload '{overload}'; it has:\n  {listed}")
+        candidates = matching
+    else:
+        candidates = [s for s in all_schemas if not _mutates(s) and _returns_tensors(s)]
+    if len(candidates) == 1 and overload is not None:
+        schema = candidates[0]
+        _check_callable(schema)
+        why = _fit(schema, constants)
+        if why is not None:
+            raise TypeError(f"ms_aten.op('{name}'): {why}\n  schema: {schema}")
+        return schema
+    fits = [s for s in candidates if _fit(s, constants) is None]
+    if len(fits) > 1:
+        # Prefer the overload that leaves the fewest arguments to their defaults:
+        # add(other=2.0) picks add.Scalar, max(dim=1) picks max.dim.
+        def defaulted(s: Schema) -> int:
+            return sum(1 for a in s.arguments if a.name not in constants and a.has_default_value())
+        least = min(map(defaulted, fits))
+        fits = [s for s in fits if defaulted(s) == least]
+    if len(fits) == 1:
+        return fits[0]
+    listed = "\n  ".join(f"{s}" + ("" if s in fits else f"   <- {_fit(s, constants)}")
+                         for s in candidates)
+    given = ", ".join(f"{k}={v!r}" for k, v in constants.items()) or "no constants"
+    problem = "is ambiguous" if fits else "matches no overload"
+    raise TypeError(f"ms_aten.op('{name}') with {given} {problem}; name the overload "
+                    f"(e.g. '{full_name((fits or candidates)[0])}'). Candidates:\n  {listed}")
+
+
+def _check_callable(schema: Schema) -> None:
+    if _mutates(schema):
+        raise TypeError(f"ms_aten.op('{full_name(schema)}'): in-place and out= overloads write "
+                        f"their inputs, which MindSpore owns; use the functional overload")
+    if not _returns_tensors(schema):
+        raise TypeError(f"ms_aten.op('{full_name(schema)}'): it returns "
+                        f"{', '.join(str(r.type) for r in schema.returns) or 'nothing'}; "
+                        f"only ops returning tensors can become MindSpore ops\n  schema: {schema}")
+
+
+def _signature(args) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in args]
+
+
+def out_variant(schema: Schema) -> Schema | None:
+    """The overload that writes the same results into out= tensors, if the op has one."""
+    if any(str(r.type) != "Tensor" for r in schema.returns):
+        return None
+    wanted = _signature(schema.arguments)
+    for candidate in schemas(schema.name):
+        outs = [a for a in candidate.arguments if a.is_out]
+        rest = [a for a in candidate.arguments if not a.is_out]
+        if (outs and len(outs) == len(schema.returns) and _signature(rest) == wanted
+                and all(str(a.type) == "Tensor" for a in outs)):
+            return candidate
+    return None

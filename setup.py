@@ -1,0 +1,77 @@
+"""Builds ms_aten and its bridge library, ms_aten/libms_aten.so.
+
+The library is one plain shared object (not a Python extension module): MindSpore dlopens it
+by path for ops.Custom(func_type="aot"), and users' own kernels link against it. Build with
+`pip install --no-build-isolation .` so the rpath points at the torch the package will run with.
+"""
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+ROOT = Path(__file__).parent
+CSRC = ROOT / "csrc"
+TORCH_LIB = Path(torch.__file__).parent / "lib"
+CXXFLAGS = ["-O2", "-std=c++17", "-fvisibility=hidden"]
+
+# The C++ that talks to torch; extra_abi0.cpp is compiled apart (see MsAtenBuild).
+TORCH_SOURCES = ["ms_ext.cpp", "spec.cpp", "kernel.cpp", "grad.cpp", "entry.cpp"]
+
+
+class MsAtenBuild(BuildExtension):
+    """BuildExtension plus the old-ABI unit, the plain .so name, and the public header."""
+
+    def get_ext_filename(self, fullname: str) -> str:
+        return os.path.join(*fullname.split(".")) + ".so"
+
+    def build_extension(self, ext) -> None:
+        # MindSpore's AotExtra uses the pre-C++11 std::string ABI; torch's flags would add
+        # -D_GLIBCXX_USE_CXX11_ABI=1, so this unit goes through a compiler torch never patched.
+        from setuptools._distutils.ccompiler import new_compiler
+        from setuptools._distutils.sysconfig import customize_compiler
+
+        compiler = new_compiler()
+        customize_compiler(compiler)
+        objects = compiler.compile(
+            [str(CSRC / "extra_abi0.cpp")],
+            output_dir=self.build_temp,
+            include_dirs=[str(CSRC)],
+            extra_postargs=["-fPIC", *CXXFLAGS, "-D_GLIBCXX_USE_CXX11_ABI=0"],
+        )
+        ext.extra_objects = list(objects)
+        super().build_extension(ext)
+
+
+# The public header ships inside the package for `python -m ms_aten.build`.
+(ROOT / "ms_aten" / "include").mkdir(exist_ok=True)
+shutil.copy2(CSRC / "ms_ext.h", ROOT / "ms_aten" / "include" / "ms_ext.h")
+
+
+bridge = CppExtension(
+    name="ms_aten.libms_aten",
+    sources=[str(Path("csrc") / s) for s in TORCH_SOURCES],
+    include_dirs=[str(CSRC)],
+    extra_compile_args={"cxx": CXXFLAGS},
+    extra_link_args=[
+        "-Wl,-soname,libms_aten.so",
+        # Installed next to torch, or (editable install) wherever torch was at build time.
+        "-Wl,-rpath,$ORIGIN/../torch/lib",
+        f"-Wl,-rpath,{TORCH_LIB}",
+    ],
+)
+
+setup(
+    name="ms_aten",
+    version="0.1.0",
+    description="PyTorch ATen operators as MindSpore operators",
+    packages=["ms_aten"],
+    package_data={"ms_aten": ["libms_aten.so", "include/ms_ext.h"]},
+    python_requires=">=3.9",
+    install_requires=["mindspore==2.10.0", "torch==2.13.0", "numpy<2"],
+    ext_modules=[bridge],
+    cmdclass={"build_ext": MsAtenBuild.with_options(use_ninja=True)},
+    zip_safe=False,
+)

@@ -145,6 +145,11 @@ OpCall::OpCall(const std::string& spec) {
 }
 
 int OpCall::input_count(int nparam) const {
+  if (kind_ == SpecKind::kVjp) {
+    // nparam = forward inputs + output gradients (the VJP's inputs) + input gradients.
+    const int forward_inputs = has_list_ ? (nparam - fixed_outputs_) / 2 : fixed_inputs_;
+    return nparam - forward_inputs;
+  }
   return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;
 }
 

@@ -78,7 +78,7 @@ def check_constant(arg, value):
             return value
         if base == "str" and isinstance(value, str):
             return value
-        if base == "Scalar" and isinstance(value, (bool, numbers.Real)):
+        if base == "number" and isinstance(value, (bool, numbers.Real)):  # Scalar
             return value if isinstance(value, bool) else (
                 int(value) if _is_int(value) else float(value))
         if base in ("List[int]", "List[SymInt]"):

@@ -1,6 +1,7 @@
 """Backward of a bridged op: a second bridged kernel that runs torch autograd (csrc/grad.cpp)."""
 from __future__ import annotations
 
+import linecache
 from typing import Callable
 
 from mindspore import ops
@@ -38,6 +39,26 @@ class AtenVjp(ops.Custom):
         raise AssertionError("unreachable: AtenVjp.__infer__ infers shapes")
 
 
+def _with_arity(arity: int, gradients: Callable) -> Callable:
+    """bprop(x0, ..., x{arity-1}, out, dout) -> gradients((x0, ...), dout).
+
+    GRAPH mode compiles a bprop from its source and needs exactly one parameter per input,
+    so the signature is generated for each arity; its source goes into linecache, where
+    inspect (and so MindSpore's parser) finds it.
+    """
+    names = ", ".join(f"x{i}" for i in range(arity))
+    source = (f"def make(gradients):\n"
+              f"    def bprop({names}, out, dout):\n"
+              f"        return gradients(({names}{',' if arity == 1 else ''}), dout)\n"
+              f"    return bprop\n")
+    filename = f"<ms_aten bprop/{arity}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"__name__": __name__}
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (fixed template)
+    # MindSpore resolves a bprop's free variables from its closure, not from globals.
+    return namespace["make"](gradients)
+
+
 def make_bprop(binding: Binding) -> Callable:
     """The bprop MindSpore calls as bprop(*inputs, out, dout), in both modes.
 
@@ -48,15 +69,14 @@ def make_bprop(binding: Binding) -> Callable:
     list_at = binding.list_position
     multi_out = binding.returns_list or len(binding.schema.returns) > 1
 
-    def bprop(*args):
-        inputs = args[:-2]
-        dout = args[-1]
+    def gradients(inputs: tuple, dout):
         grads = vjp(*inputs, *dout) if multi_out else vjp(*inputs, dout)
         if not isinstance(grads, tuple):
             grads = (grads,)
-        if list_at is None or len(inputs) != n_slots or not isinstance(inputs[list_at], tuple):
+        if list_at is None:
             return grads  # one gradient per input
         n_list = len(inputs[list_at])
         return grads[:list_at] + (grads[list_at:list_at + n_list],) + grads[list_at + n_list:]
 
+    bprop = _with_arity(len(binding.slots), gradients)
     return bprop

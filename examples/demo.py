@@ -19,10 +19,11 @@ class Net(nn.Cell):
 def main() -> None:
     data = np.array([[0.0, -0.1], [-0.2, 1.0]], dtype=np.float32)
     expected = torch.nn.functional.leaky_relu(torch.from_numpy(data)).numpy()
+    ms.set_device("CPU")
     print(f"mindspore {ms.__version__}, torch {torch.__version__}")
     print("torch eager:   ", np.array2string(expected, separator=", "))
     for mode, label in ((ms.GRAPH_MODE, "GRAPH_MODE"), (ms.PYNATIVE_MODE, "PYNATIVE_MODE")):
-        ms.set_context(mode=mode, device_target="CPU")
+        ms.set_context(mode=mode)
         result = Net()(Tensor(data)).asnumpy()
         np.testing.assert_allclose(result, expected, rtol=1e-6)
         print(f"{label + ':':15}", np.array2string(result, separator=", "))

@@ -92,7 +92,7 @@ def resolve(name: str, constants: dict) -> Schema:
         candidates = matching
     else:
         candidates = [s for s in all_schemas if not _mutates(s) and _returns_tensors(s)]
-    if len(candidates) == 1 and overload is not None:
+    if len(candidates) == 1:
         schema = candidates[0]
         _check_callable(schema)
         why = _fit(schema, constants)
@@ -107,6 +107,9 @@ def resolve(name: str, constants: dict) -> Schema:
             return sum(1 for a in s.arguments if a.name not in constants and a.has_default_value())
         least = min(map(defaulted, fits))
         fits = [s for s in fits if defaulted(s) == least]
+    if len(fits) > 1 and len({_tensor_count(s, constants) for s in fits}) == 1:
+        # Same call-time tensors either way (conv2d vs conv2d.padding): the default overload.
+        fits = [s for s in fits if not s.overload_name] or fits
     if len(fits) == 1:
         return fits[0]
     listed = "\n  ".join(f"{s}" + ("" if s in fits else f"   <- {_fit(s, constants)}")
@@ -115,6 +118,10 @@ def resolve(name: str, constants: dict) -> Schema:
     problem = "is ambiguous" if fits else "matches no overload"
     raise TypeError(f"ms_aten.op('{name}') with {given} {problem}; name the overload "
                     f"(e.g. '{full_name((fits or candidates)[0])}'). Candidates:\n  {listed}")
+
+
+def _tensor_count(schema: Schema, constants: dict) -> int:
+    return sum(1 for a in schema.arguments if is_tensor_arg(a) and a.name not in constants)
 
 
 def _check_callable(schema: Schema) -> None:

@@ -1,0 +1,105 @@
+"""The generic bridge against torch eager: ops, overload resolution, lists, dtypes, edge cases."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ms_aten
+from common import assert_same, run, to_ms
+
+g = torch.Generator().manual_seed(0)
+
+
+def randn(*shape: int) -> torch.Tensor:
+    return torch.randn(shape, generator=g)
+
+
+X, Y, B = randn(3, 4), randn(4), randn(2, 3, 4)
+IDX = torch.tensor([[0, 2], [1, 3], [2, 0]])
+
+# (ms_aten name, constants, inputs, torch eager reference)
+CASES = [
+    ("add", {"alpha": 2}, (X, Y), lambda x, y: torch.add(x, y, alpha=2)),
+    ("add", {"other": 2.5}, (X,), lambda x: x + 2.5),
+    ("where.self", {}, (X > 0, X, Y), torch.where),
+    ("clamp", {"min": -0.5, "max": 0.5}, (X,), lambda x: x.clamp(-0.5, 0.5)),
+    ("clamp.Tensor", {}, (X, -Y.abs(), Y.abs()), torch.clamp),
+    ("sum.dim_IntList", {"dim": [1], "keepdim": True}, (X,), lambda x: x.sum(1, keepdim=True)),
+    ("sum", {"dtype": torch.float64}, (X,), lambda x: x.sum(dtype=torch.float64)),
+    ("mean.dim", {"dim": [0, 2]}, (B,), lambda b: b.mean((0, 2))),
+    ("amax", {"dim": [0]}, (X,), lambda x: x.amax(0)),
+    ("max.dim", {"dim": 1, "keepdim": True}, (X,), lambda x: tuple(x.max(1, keepdim=True))),
+    ("topk", {"k": 2}, (X,), lambda x: tuple(x.topk(2))),
+    ("sort", {"dim": 0, "descending": True}, (X,), lambda x: tuple(x.sort(0, descending=True))),
+    ("var_mean.correction", {"dim": [1]}, (X,), lambda x: torch.var_mean(x, 1)),
+    ("cat", {"dim": 1}, ((X, X * 2),), lambda xs: torch.cat(xs, 1)),
+    ("stack", {}, ((X, X, X),), torch.stack),
+    ("index.Tensor", {}, (X, (IDX[:, 0], IDX[:, 1] % 3)), lambda x, i: x[i]),
+    ("layer_norm", {"normalized_shape": [4]}, (X, Y, Y), lambda x, w, b: F.layer_norm(x, [4], w, b)),
+    ("layer_norm", {"normalized_shape": [4], "weight": None, "bias": None}, (X,),
+     lambda x: F.layer_norm(x, [4])),
+    ("mm", {}, (X, X.T.contiguous()), torch.mm),
+    ("bmm", {}, (B, B.transpose(1, 2).contiguous()), torch.bmm),
+    ("addmm", {"beta": 0.5}, (Y, X, randn(4, 4)), lambda c, a, b: torch.addmm(c, a, b, beta=0.5)),
+    ("conv2d", {"padding": 1, "stride": 2}, (randn(1, 2, 5, 5), randn(3, 2, 3, 3), randn(3)),
+     lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1)),
+    ("embedding", {}, (randn(10, 3), IDX), lambda w, i: F.embedding(i, w)),
+    ("gather", {"dim": 1}, (X, IDX), lambda x, i: x.gather(1, i)),
+    ("cumsum", {"dim": 1}, (X,), lambda x: x.cumsum(1)),
+    ("softmax.int", {"dim": -1}, (X,), lambda x: x.softmax(-1)),
+    ("transpose.int", {"dim0": 0, "dim1": 1}, (X,), lambda x: x.t()),  # a view: copied out
+    ("split.Tensor", {"split_size": 2, "dim": 1}, (X,), lambda x: x.split(2, 1)),  # Tensor[] out
+    ("gelu", {"approximate": "tanh"}, (X,), lambda x: F.gelu(x, approximate="tanh")),
+]
+
+
+@pytest.mark.parametrize("name, constants, inputs, reference", CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_op_matches_torch(mode, name, constants, inputs, reference):
+    op = ms_aten.op(name, **constants)
+    assert_same(run(op, to_ms(inputs), mode), reference(*inputs))
+
+
+def test_zero_dim_output_is_a_zero_dim_tensor(mode):
+    result = run(ms_aten.op("sum"), (to_ms(X),), mode)
+    assert result.shape == ()
+    assert_same(result, X.sum())
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0, 2)])
+def test_zero_dim_and_zero_size_inputs(mode, shape):
+    x = randn(*shape)
+    assert_same(run(ms_aten.op("mul.Tensor"), to_ms((x, x)), mode), x * x)
+    assert_same(run(ms_aten.op("sum.dim_IntList", dim=[-1] if shape else []), to_ms((x,)), mode),
+                x.sum(-1) if shape else x.sum())
+
+
+def test_broadcasting_and_type_promotion(mode):
+    a, b = randn(2, 1, 3), torch.arange(4, dtype=torch.int32).reshape(4, 1)
+    assert_same(run(ms_aten.op("add.Tensor"), to_ms((a, b)), mode), a + b)
+
+
+def test_each_op_object_gets_its_own_kernel(mode):
+    # Same func and the same constants except the slope: MindSpore must not share a kernel.
+    slopes = (0.1, 0.5)
+    ops_ = [ms_aten.op("leaky_relu", negative_slope=s) for s in slopes]
+    assert len({o.attrs["ms_aten_uid"] for o in ops_}) == 2
+    for op, slope in zip(ops_, slopes):
+        assert_same(run(op, (to_ms(X),), mode), F.leaky_relu(X, slope))
+
+
+def test_out_variant_is_used_where_it_exists():
+    assert ms_aten.op("max.dim", dim=0).attrs["ms_aten_spec"].startswith("out aten::max dim_max ")
+    assert ms_aten.op("conv2d").attrs["ms_aten_spec"].startswith("call aten::conv2d ")
+
+
+@pytest.mark.parametrize("name, constants, expected", [
+    ("add", {"other": 2.0}, "aten::add.Scalar"),
+    ("add", {}, "aten::add.Tensor"),
+    ("aten::max.dim", {"dim": 0}, "aten::max.dim"),
+    ("max", {"dim": 0}, "aten::max.dim"),
+    ("sum", {"dim": [0]}, "aten::sum.dim_IntList"),
+])
+def test_overload_resolution(name, constants, expected):
+    assert ms_aten.op(name, **constants).binding.name == expected

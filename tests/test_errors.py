@@ -1,0 +1,98 @@
+"""Bad input becomes a precise Python exception, and the process keeps working."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ms_aten
+from common import run, to_ms
+from ms_aten.infer import ShapeInferenceError
+
+X = torch.randn(3, 4)
+
+
+def assert_still_works(mode: str) -> None:
+    torch.testing.assert_close(
+        torch.from_numpy(run(ms_aten.op("relu"), (to_ms(X),), mode).asnumpy()), X.relu())
+
+
+def test_unknown_op_suggests_close_names():
+    with pytest.raises(ValueError, match=r"unknown op 'aten::leaky_rlu'.*'aten::leaky_relu'"):
+        ms_aten.op("leaky_rlu")
+
+
+def test_unknown_overload_lists_the_real_ones():
+    with pytest.raises(ValueError, match=r"no overload 'nope'(.|\n)*aten::max\.dim"):
+        ms_aten.op("max.nope")
+
+
+def test_unknown_constant_shows_the_schema():
+    with pytest.raises(TypeError, match=r"no argument named slope\n  schema: aten::leaky_relu\(Tensor self, Scalar neg"):
+        ms_aten.op("leaky_relu", slope=0.2)
+
+
+@pytest.mark.parametrize("name, constants, pattern", [
+    ("aten::leaky_relu", {"negative_slope": "big"}, r"'negative_slope' \(number\) expects number, got 'big'"),
+    ("aten::sum.dim_IntList", {"dim": [1.5]}, r"'dim'.*expects a list of ints, got \[1\.5\]"),
+    ("aten::sum.dim_IntList", {"dim": [1], "dtype": torch.float8_e4m3fn}, r"'dtype'.*no MindSpore"),
+    ("aten::mm", {"mat2": X}, r"'mat2' \(Tensor\) is a tensor: pass it at call time"),
+    ("aten::add_.Tensor", {}, r"in-place and out= overloads write their inputs"),
+])
+def test_ill_typed_constant_names_argument_and_value(name, constants, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        ms_aten.op(name, **constants)
+
+
+def test_ambiguous_overload_lists_candidates():
+    with pytest.raises(TypeError, match=r"is ambiguous(.|\n)*aten::where\.self"):
+        ms_aten.op("where")
+
+
+def test_wrong_tensor_count(mode):
+    with pytest.raises(TypeError, match=r"'aten::mm' takes 2 tensors \(self, mat2\), got 1"):
+        run(ms_aten.op("mm"), to_ms((X,)), mode)
+    assert_still_works(mode)
+
+
+def test_aten_shape_error_is_a_runtime_error_with_atens_message(mode):
+    with pytest.raises(RuntimeError, match=r"aten::mm.*must have same reduction dim"):
+        run(ms_aten.op("mm"), to_ms((X, X)), mode)
+    assert_still_works(mode)
+
+
+def test_kernel_error_reaches_python_and_the_next_op_runs(mode):
+    # Index 5 is only checked by the CPU kernel: the error crosses the C++ barrier.
+    with pytest.raises(RuntimeError, match=r"ms_aten: aten::index\.Tensor.*index 5 is out of bounds"):
+        # PYNATIVE launches asynchronously: the error surfaces at the next sync (asnumpy).
+        run(ms_aten.op("index.Tensor"), to_ms((X, (torch.tensor([5]),))), mode).asnumpy()
+    assert_still_works(mode)
+
+
+def test_value_dependent_shape_is_refused_by_name(mode):
+    with pytest.raises(ShapeInferenceError, match=r"'aten::nonzero'.*depends on input values"):
+        run(ms_aten.op("nonzero"), to_ms((X,)), mode)
+    assert_still_works(mode)
+
+
+def test_unsupported_dtype_for_the_kernel(mode):
+    flags = torch.tensor([True, False])
+    with pytest.raises(RuntimeError, match=r"'Bool'"):
+        run(ms_aten.op("cumprod", dim=0, dtype=torch.bool), to_ms((flags,)), mode).asnumpy()
+    assert_still_works(mode)
+
+
+def test_missing_library_is_an_import_error_with_a_rebuild_hint(tmp_path, monkeypatch):
+    from ms_aten import _lib
+    monkeypatch.setattr(_lib, "LIBRARY", tmp_path / "libms_aten.so")
+    _lib.library.cache_clear()
+    try:
+        with pytest.raises(ImportError, match=r"missing; rebuild it with `bash scripts/setup.sh`"):
+            _lib.library()
+        (tmp_path / "libms_aten.so").write_bytes(b"not an ELF file")
+        _lib.library.cache_clear()
+        with pytest.raises(ImportError, match=r"cannot be loaded(.|\n)*rebuild"):
+            _lib.library()
+    finally:
+        monkeypatch.undo()
+        _lib.library.cache_clear()
+        _lib.library()

@@ -6,6 +6,9 @@
 // they exchange only the C types declared here.
 #pragma once
 
+#include <stddef.h>
+#include <stdint.h>
+
 // libms_aten.so hides every symbol it does not export on purpose.
 #define MS_ATEN_C_API __attribute__((visibility("default")))
 
@@ -18,6 +21,11 @@ extern "C" {
 // launch instead, because MindSpore reports a failing Init only as "CreateKernel".
 MS_ATEN_C_API void* ms_aten_kernel_create(const char* spec, const char* error);
 MS_ATEN_C_API void ms_aten_kernel_destroy(void* kernel);
+// Launches a kernel on CPU buffers (inputs, then outputs). Returns 0, or 1 with the failure's
+// message in error[0 .. error_size).
+MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params, int* ndims,
+                                        int64_t** shapes, const char** dtypes, char* error,
+                                        size_t error_size);
 
 // Implemented on the MindSpore side (extra_abi0.cpp). Never throws.
 // The state that MsAtenCallInit attached to MindSpore's AotExtra, or NULL.

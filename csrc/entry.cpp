@@ -2,6 +2,8 @@
 // lifetime hooks for extra_abi0.cpp, and the exception barrier.
 #include <torch/headeronly/version.h>
 
+#include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -18,20 +20,29 @@ std::string describe(const std::exception& e) {
   return e.what();
 }
 
-// MindSpore's CPU AOT launcher catches std::exception and puts what() into the Python
-// RuntimeError ("... Error message is <what>"); a non-zero return code would lose the message,
-// and anything not derived from std::exception aborts the process. So every failure, whatever
-// its type, leaves this function as one std::runtime_error that names the op.
+// Runs body; returns "" on success, else the failure's message. Catches everything.
 template <class Body>
-int barrier(const char* op, Body&& body) {
+std::string failure_of(const char* op, Body&& body) {
   try {
     body();
-    return 0;
+    return {};
   } catch (const std::exception& e) {
-    throw std::runtime_error(std::string("ms_aten: ") + op + ": " + describe(e));
+    return std::string("ms_aten: ") + op + ": " + describe(e);
   } catch (...) {
-    throw std::runtime_error(std::string("ms_aten: ") + op + ": unknown C++ exception");
+    return std::string("ms_aten: ") + op + ": unknown C++ exception";
   }
+}
+
+const char* kernel_name(const ms_aten::Kernel* kernel) {
+  return kernel ? kernel->name().c_str() : "MsAtenCall";
+}
+
+void launch(const ms_aten::Kernel* kernel, int nparam, void** params, int* ndims,
+            int64_t** shapes, const char** dtypes) {
+  if (kernel == nullptr) {
+    throw std::runtime_error("no kernel state: MsAtenCallInit did not run for this op");
+  }
+  kernel->launch(nparam, params, ndims, shapes, dtypes, c10::kCPU);
 }
 
 }  // namespace
@@ -46,15 +57,37 @@ void ms_aten_kernel_destroy(void* kernel) { delete static_cast<ms_aten::Kernel*>
 
 // MindSpore AOT signature. params: inputs then outputs; ndims/shapes/dtypes describe each;
 // stream: unused on CPU; extra: MindSpore's AotExtra, holding the kernel state from Init.
-MS_ATEN_C_API int MsAtenCall(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-               void* /*stream*/, void* extra) {
+//
+// MindSpore's CPU AOT launcher catches std::exception and puts what() into the Python
+// RuntimeError ("... Error message is <what>"); a non-zero return code would lose the message,
+// and anything not derived from std::exception aborts the process. So every failure, whatever
+// its type, is caught and leaves as one std::runtime_error that names the op.
+MS_ATEN_C_API int MsAtenCall(int nparam, void** params, int* ndims, int64_t** shapes,
+                             const char** dtypes, void* /*stream*/, void* extra) {
   const auto* kernel = static_cast<const ms_aten::Kernel*>(ms_aten_extra_kernel(extra));
-  return barrier(kernel ? kernel->name().c_str() : "MsAtenCall", [&] {
-    if (kernel == nullptr) {
-      throw std::runtime_error("no kernel state: MsAtenCallInit did not run for this op");
-    }
-    kernel->launch(nparam, params, ndims, shapes, dtypes, c10::kCPU);
+  const std::string error = failure_of(kernel_name(kernel), [&] {
+    launch(kernel, nparam, params, ndims, shapes, dtypes);
   });
+  if (!error.empty()) throw std::runtime_error(error);
+  return 0;
+}
+
+// The same launch for callers that cannot catch C++ exceptions (ctypes, other libraries):
+// returns 0, or 1 with the message copied into error[0 .. error_size).
+MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params, int* ndims,
+                                        int64_t** shapes, const char** dtypes, char* error,
+                                        size_t error_size) {
+  const auto* k = static_cast<const ms_aten::Kernel*>(kernel);
+  const std::string message = failure_of(kernel_name(k), [&] {
+    launch(k, nparam, params, ndims, shapes, dtypes);
+  });
+  if (message.empty()) return 0;
+  if (error != nullptr && error_size > 0) {
+    const size_t n = std::min(message.size(), error_size - 1);
+    std::memcpy(error, message.data(), n);
+    error[n] = '\0';
+  }
+  return 1;
 }
 
 // "major.minor" of the torch this library was compiled against; ms_aten/_lib.py compares it.

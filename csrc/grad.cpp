@@ -52,7 +52,7 @@ void run_vjp(const OpCall& call, const std::vector<at::Tensor>& inputs,
   call.op().callBoxed(stack);
   const auto results = flatten_returns(stack);
   if (n_in + results.size() != inputs.size()) {
-    throw std::runtime_error(c10::str(call.name(), " returned ", results.size(),
+    throw std::runtime_error(c10::str("the forward returned ", results.size(),
                                       " outputs, but the backward got ", inputs.size() - n_in,
                                       " output gradients"));
   }
@@ -65,14 +65,13 @@ void run_vjp(const OpCall& call, const std::vector<at::Tensor>& inputs,
     }
   }
   if (diff_outputs.empty()) {
-    throw std::runtime_error(call.name() +
-                             " is not differentiable: torch autograd records no gradient from "
-                             "its outputs to its inputs");
+    throw std::runtime_error(
+        "not differentiable: torch autograd records no gradient from its outputs to its inputs");
   }
   const auto grads = torch::autograd::grad(diff_outputs, wrt, diff_grads, /*retain_graph=*/false,
                                            /*create_graph=*/false, /*allow_unused=*/true);
   for (size_t k = 0; k < grads.size(); ++k) {
-    if (grads[k].defined()) copy_into_output(outputs[wrt_index[k]], grads[k], call.name(), k);
+    if (grads[k].defined()) copy_into_output(outputs[wrt_index[k]], grads[k], wrt_index[k]);
   }
 }
 

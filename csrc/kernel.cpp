@@ -12,7 +12,7 @@ Kernel* Kernel::create(const char* spec, const char* error) noexcept {
   try {
     if (error != nullptr) return new Kernel(nullptr, "ms_aten", error);
     auto call = std::make_unique<OpCall>(spec);
-    std::string name = call->name();
+    std::string name = call->name() + (call->kind() == SpecKind::kVjp ? " (backward)" : "");
     return new Kernel(std::move(call), std::move(name), "");
   } catch (const std::exception& e) {
     try {
@@ -30,8 +30,8 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   if (!call_) throw std::runtime_error(error_);
   const int n_in = call_->input_count(nparam);
   if (n_in < 0 || n_in > nparam) {
-    throw std::invalid_argument("got " + std::to_string(nparam) + " buffers, which does not fit " +
-                                "the op's inputs and outputs");
+    throw std::invalid_argument("got " + std::to_string(nparam) +
+                                " buffers, which does not fit the op's inputs and outputs");
   }
   auto tensors = get_torch_tensors(nparam, params, ndims, shapes, dtypes, device);
   std::vector<at::Tensor> inputs(tensors.begin(), tensors.begin() + n_in);
@@ -43,10 +43,9 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   }
 }
 
-void copy_into_output(const at::Tensor& output, const at::Tensor& result, const std::string& op,
-                      size_t index) {
+void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t index) {
   if (result.sizes() != output.sizes() || result.scalar_type() != output.scalar_type()) {
-    throw std::runtime_error(c10::str(op, " returned output ", index, " as ",
+    throw std::runtime_error(c10::str("output ", index, " came out as ",
                                       result.scalar_type(), result.sizes(), ", but MindSpore expects ",
                                       output.scalar_type(), output.sizes()));
   }
@@ -65,14 +64,14 @@ void Kernel::run_call(const std::vector<at::Tensor>& inputs,
     } else if (value.isTensorList()) {
       for (const at::Tensor& t : value.toTensorVector()) results.push_back(t);
     } else {
-      throw std::runtime_error(name_ + " returned a " + value.tagKind() + ", not tensors");
+      throw std::runtime_error(std::string("returned a ") + value.tagKind() + ", not tensors");
     }
   }
   if (results.size() != outputs.size()) {
-    throw std::runtime_error(name_ + " returned " + std::to_string(results.size()) +
+    throw std::runtime_error("returned " + std::to_string(results.size()) +
                              " tensors, MindSpore expects " + std::to_string(outputs.size()));
   }
-  for (size_t i = 0; i < results.size(); ++i) copy_into_output(outputs[i], results[i], name_, i);
+  for (size_t i = 0; i < results.size(); ++i) copy_into_output(outputs[i], results[i], i);
 }
 
 void Kernel::run_out(const std::vector<at::Tensor>& inputs,
@@ -87,8 +86,9 @@ void Kernel::run_out(const std::vector<at::Tensor>& inputs,
     const at::Tensor& out = outputs[i];
     if (out.data_ptr() != before[i].first || out.sizes() != before[i].second ||
         !out.is_contiguous()) {
-      throw std::runtime_error(c10::str(name_, " resized or re-allocated output ", i, " from ",
-                                        before[i].second, " to ", out.sizes(),
+      throw std::runtime_error(c10::str("the out= kernel resized or re-allocated output ", i,
+                                        " from ", c10::IntArrayRef(before[i].second), " to ",
+                                        out.sizes(),
                                         ", so its result would not reach MindSpore's buffer"));
     }
   }

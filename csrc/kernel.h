@@ -32,7 +32,6 @@ class Kernel {
 
 // Writes `result` into MindSpore's output buffer after checking that shape and dtype agree
 // with what the Python side inferred; copy_ alone would broadcast or cast silently.
-void copy_into_output(const at::Tensor& output, const at::Tensor& result, const std::string& op,
-                      size_t index);
+void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t index);
 
 }  // namespace ms_aten

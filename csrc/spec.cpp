@@ -157,7 +157,7 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
                                        const std::vector<at::Tensor>& outputs) const {
   const int list_len = static_cast<int>(inputs.size()) - fixed_inputs_;
   if (list_len < 0 || (!has_list_ && list_len != 0)) {
-    throw std::invalid_argument(name_ + " expects " + std::to_string(fixed_inputs_) +
+    throw std::invalid_argument("expects " + std::to_string(fixed_inputs_) +
                                 (has_list_ ? " or more" : "") + " tensors, got " +
                                 std::to_string(inputs.size()));
   }

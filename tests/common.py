@@ -51,7 +51,9 @@ def to_torch(value):
         torch_dtype = dtypes.to_torch(value.dtype)
         if torch_dtype == torch.bfloat16:
             return torch.from_numpy(value.astype(ms.float32).asnumpy()).to(torch.bfloat16)
-        return torch.from_numpy(value.asnumpy().copy()).to(torch_dtype)
+        array = value.asnumpy()
+        # numpy may report uint64 as ulonglong, which torch refuses: use the canonical type.
+        return torch.from_numpy(array.astype(array.dtype.str)).to(torch_dtype)
     if isinstance(value, (tuple, list)):
         return tuple(to_torch(v) for v in value)
     return value

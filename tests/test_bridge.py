@@ -103,3 +103,29 @@ def test_out_variant_is_used_where_it_exists():
 ])
 def test_overload_resolution(name, constants, expected):
     assert ms_aten.op(name, **constants).binding.name == expected
+
+
+@pytest.fixture(scope="module")
+def user_library():
+    """Ops registered from Python with torch.library, as a user would."""
+    lib = torch.library.Library("ms_aten_test", "DEF")
+    lib.define("scale(Tensor x, float factor) -> Tensor")
+    lib.impl("scale", lambda x, factor: x * factor, "CPU")
+    lib.impl("scale", lambda x, factor: torch.empty_like(x), "Meta")
+    # An out= overload that resizes its output, as a buggy kernel might.
+    lib.define("shrink(Tensor x) -> Tensor")
+    lib.define("shrink.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
+    lib.impl("shrink", lambda x: x.clone(), "CPU")
+    lib.impl("shrink", lambda x: torch.empty_like(x), "Meta")
+    lib.impl("shrink.out", lambda x, *, out: out.resize_(1).fill_(0), "CPU")
+    yield lib
+    lib._destroy()
+
+
+def test_user_op_registered_with_torch_library(mode, user_library):
+    assert_same(run(ms_aten.op("ms_aten_test::scale", factor=3.0), (to_ms(X),), mode), X * 3)
+
+
+def test_out_kernel_that_resizes_its_output_is_an_error(mode, user_library):
+    with pytest.raises(RuntimeError, match=r"resized or re-allocated output 0 from \[3, 4\] to \[1\]"):
+        run(ms_aten.op("ms_aten_test::shrink"), (to_ms(X),), mode).asnumpy()

@@ -1,0 +1,160 @@
+"""The ways to run one op from MindSpore, each in GRAPH mode (inside an nn.Cell compiled once)
+or PYNATIVE mode (a plain call): ms_aten, the native ops, a pyfunc Custom calling torch through
+numpy, and the seed-style hand-written AOT kernel."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import mindspore as ms
+import numpy as np
+import torch
+from mindspore import nn, ops
+
+import ms_aten
+from bench_ops import Arrays, OpCase, flatten
+
+GRAPH, PYNATIVE = "graph", "pynative"
+MODES = {GRAPH: ms.GRAPH_MODE, PYNATIVE: ms.PYNATIVE_MODE}
+MS_ATEN, NATIVE, PYFUNC, SEED_AOT = "ms_aten", "native", "pyfunc", "seed_aot"
+
+
+class Apply(nn.Cell):
+    """One call of `fn` on the call-time tensors, compiled as a graph."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+
+    def construct(self, *xs):
+        return self.fn(*xs)
+
+
+class First(nn.Cell):
+    """Output 0 of a multi-output `fn`."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+
+    def construct(self, *xs):
+        return self.fn(*xs)[0]
+
+
+class Chain(nn.Cell):
+    """`length` calls of `fn` in one graph, each output fed back as the next input 0."""
+
+    def __init__(self, fn: Callable, length: int):
+        super().__init__()
+        self.fn = fn
+        self.length = length
+
+    def construct(self, x, *rest):
+        for _ in range(self.length):
+            x = self.fn(x, *rest)
+        return x
+
+
+@dataclass(frozen=True)
+class Route:
+    """What runs (family and impl), in which mode, and how to build it once the mode is set."""
+
+    family: str
+    impl: str
+    mode: str
+    make: Callable[[], Callable]
+
+
+def set_mode(mode: str) -> None:
+    ms.set_context(mode=MODES[mode], device_target="CPU")
+
+
+def build(route: Route) -> Callable:
+    """The callable for `route`: an Apply Cell in GRAPH mode, the op itself in PYNATIVE."""
+    set_mode(route.mode)
+    fn = route.make()
+    return Apply(fn) if route.mode == GRAPH else fn
+
+
+def to_numpy(result: Any) -> list[np.ndarray]:
+    if isinstance(result, (tuple, list)):
+        return [item.asnumpy() for item in result]
+    return [result.asnumpy()]
+
+
+def mismatch(got: Sequence[np.ndarray], expected: Sequence[torch.Tensor], first_input: np.ndarray,
+             tolerance: tuple[float, float], indexed: bool = False) -> str | None:
+    """Why `got` differs from torch's `expected`, or None when it matches. indexed: outputs are
+    (values, indices) along the last dim of `first_input`; indices are checked by gathering."""
+    if len(got) != len(expected):
+        return f"{len(got)} outputs, torch gives {len(expected)}"
+    rtol, atol = tolerance
+    if indexed:
+        values, indices = got
+        gathered = np.take_along_axis(first_input, indices.astype(np.int64), axis=-1)
+        if not np.array_equal(gathered, values):
+            return "indices do not point at the values"
+        got, expected = got[:1], expected[:1]
+    for i, (actual, want) in enumerate(zip(got, expected)):
+        want = want.numpy()
+        if actual.shape != want.shape:
+            return f"output {i} has shape {actual.shape}, torch gives {want.shape}"
+        if not np.allclose(actual, want, rtol=rtol, atol=atol, equal_nan=True):
+            error = np.nanmax(np.abs(actual.astype(np.float64) - want))
+            return f"output {i} differs from torch by up to {error:.3g}"
+    return None
+
+
+def reason(error: BaseException) -> str:
+    """The informative line of a MindSpore error (its messages open with banner lines)."""
+    for line in str(error).splitlines():
+        line = line.strip()
+        if line and not line.startswith("-"):
+            return f"{type(error).__name__}: {line.split(', Please')[0]}"[:200]
+    return type(error).__name__
+
+
+def ms_aten_route(case: OpCase, arrays: Arrays, mode: str) -> Route:
+    constants = case.constants(arrays)
+    shown = "".join(f", {key}={value}" for key, value in constants.items())
+    return Route(MS_ATEN, f"ms_aten.op('{case.ms_aten}'{shown})", mode,
+                 lambda: ms_aten.op(case.ms_aten, **constants))
+
+
+def native_routes(case: OpCase, mode: str) -> list[Route]:
+    return [Route(NATIVE, native.label, mode, lambda fn=native.fn: fn) for native in case.natives]
+
+
+def pyfunc_route(case: OpCase, expected: Sequence[torch.Tensor], mode: str) -> Route:
+    shapes = [list(t.shape) for t in expected]
+    dtypes = [ms.tensor(t[:0].numpy()).dtype for t in expected]
+    single = len(expected) == 1
+
+    def body(*arrays: np.ndarray):
+        with torch.inference_mode():
+            results = flatten(case.reference(*map(torch.from_numpy, arrays)))
+        outputs = tuple(t.numpy() for t in results)
+        return outputs[0] if single else outputs
+
+    def make() -> ops.Custom:
+        out_shape = (lambda *_: shapes[0]) if single else (lambda *_: tuple(shapes))
+        out_dtype = (lambda *_: dtypes[0]) if single else (lambda *_: tuple(dtypes))
+        return ops.Custom(body, out_shape=out_shape, out_dtype=out_dtype, func_type="pyfunc")
+
+    return Route(PYFUNC, "ops.Custom(pyfunc: numpy -> torch -> numpy)", mode, make)
+
+
+def seed_aot_route(library: Path, mode: str) -> Route:
+    def make() -> ops.Custom:
+        return ops.Custom(f"{library}:LeakyRelu", out_shape=lambda x: x, out_dtype=lambda x: x,
+                          func_type="aot")
+    return Route(SEED_AOT, f"ops.Custom('{library.name}:LeakyRelu', aot)", mode, make)
+
+
+def chain_route(route: Route, length: int, pick_first: bool) -> Route:
+    """`route` repeated `length` times inside one graph."""
+    def make() -> Chain:
+        fn = route.make()
+        return Chain(First(fn) if pick_first else fn, length)
+    return Route(route.family, route.impl, GRAPH, make)

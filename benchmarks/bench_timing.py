@@ -1,0 +1,72 @@
+"""Timing: warm up, then the median of repeated samples.
+
+One sample is `inner` back-to-back calls followed by one sync point, divided by `inner`;
+`inner` is calibrated so that a sample lasts about `target_s` (1 for large inputs). MindSpore's
+PyNative mode launches CPU ops asynchronously (a call of ops.ReLU on 16M elements returns in
+~10 us), so every MindSpore sample ends with MindSpore's executor sync, which waits for all
+launched ops; no output is copied out with .asnumpy(). GRAPH-mode Cell calls on CPU already
+return finished results, and the sync then costs ~2 us. Small inputs thus measure the
+steady-state cost of a call in a loop (Python dispatch of call i+1 overlaps the launch of
+call i), which is what a model pays; a lone call would add a thread hand-off of the sync.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from mindspore.common.api import _pynative_executor
+
+
+def ms_sync() -> None:
+    """Wait until every op MindSpore launched has finished (re-raises a failed launch).
+
+    mindspore.runtime.synchronize() refuses the CPU device, so this is the executor's sync.
+    """
+    _pynative_executor.sync()
+
+
+def no_sync() -> None:
+    """torch eager CPU ops are synchronous."""
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    warmup: int
+    repeats: int
+    target_s: float
+    max_inner: int = 2000
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_us: float
+    min_us: float
+    inner: int
+    repeats: int
+
+
+def calibrate(call: Callable[[], object], sync: Callable[[], None], config: TimingConfig) -> int:
+    """Calls per sample so that a sample lasts about config.target_s."""
+    start = time.perf_counter()
+    call()
+    sync()
+    once = time.perf_counter() - start
+    return max(1, min(config.max_inner, int(config.target_s / max(once, 1e-7))))
+
+
+def measure(call: Callable[[], object], sync: Callable[[], None], config: TimingConfig) -> Timing:
+    """Median per-call time of `call` (see the module docstring)."""
+    for _ in range(config.warmup):
+        call()
+    sync()
+    inner = calibrate(call, sync, config)
+    samples = []
+    for _ in range(config.repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            call()
+        sync()
+        samples.append((time.perf_counter() - start) / inner)
+    return Timing(statistics.median(samples) * 1e6, min(samples) * 1e6, inner, config.repeats)

@@ -1,0 +1,702 @@
+"""OpInfo oracle: how much of ATen runs correctly through ms_aten.
+
+The oracle walks PyTorch's OpInfo database (`common_methods_invocations.op_db`), takes each
+OpInfo's float32 CPU sample inputs and finds out which ATen op each sample reaches, by running
+`opinfo.op(sample.input, *sample.args, **sample.kwargs)` under a TorchDispatchMode that records
+every OpOverload dispatched to it.
+
+Scope criterion (exact): a sample is in scope when, while its call runs, the recording mode
+sees exactly one OpOverload call in total, that overload does not write its inputs (its schema
+has no mutable argument: no in-place, out= or running-stat ops), and its schema returns only
+`Tensor` and `Tensor[]` values. Everything else is out of scope, with the reason: the OpInfo
+has no float32 CPU support, the sample raised in torch, it reached no ATen op or several
+(CompositeImplicit decompositions, Python-level compositions), its one op writes inputs or
+returns non-tensors, or its tensors (inputs plus reference outputs) exceed MAX_ELEMENTS.
+
+An in-scope call is mapped onto ms_aten with the overload's schema: Tensor-typed arguments
+(Tensor, Tensor?, Tensor[] as a tuple, Tensor?[]) become call-time inputs in schema order,
+everything else becomes a constant by schema name (a None or absent Tensor? is the constant
+None), and `ms_aten.op("ns::name.overload", **constants)` runs on MindSpore copies of the
+same data, in PYNATIVE mode and in GRAPH mode (inside an nn.Cell). Its outputs are compared
+with the torch eager result of the same overload on the same data (torch.testing.assert_close
+with its per-dtype default tolerances, e.g. rtol=1.3e-6, atol=1e-5 for float32; NaNs equal;
+dtypes and shapes must match). Where torch itself gives different values for two runs from
+the same seed (uninitialized memory, as for aten::empty), only shapes and dtypes are compared;
+random ops are otherwise compared after reseeding torch's global generator before each run.
+
+The gradient check (for OpInfos that support autograd, when the torch reference has a
+derivative) differentiates L = sum_i sum(out_i * w_i) over the floating outputs out_i, with
+fixed random cotangents w_i, with respect to the floating call-time inputs: ms.grad in both
+modes against torch.autograd.grad.
+
+Each check ends as one Outcome: pass, fail-mismatch, fail-error (exception type and first
+line) or skipped (reason). `sweep` runs OpInfos in a worker process with a per-sample time
+limit and restarts it after a crash or a timeout, so one bad sample cannot stop a sweep.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GLOG_v", "3")  # MindSpore: errors only, before it is first imported
+
+import multiprocessing
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Callable, Iterator, Sequence, Union
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import ms_aten  # noqa: I001  (imports torch first, then loads the bridge library)
+import mindspore as ms
+from mindspore import nn
+
+ms.set_device("CPU")
+
+MAX_ELEMENTS = 1_000_000
+SEED = 0
+DEFAULT_CAP = 20  # in-scope samples checked per OpInfo by a sweep (0: all)
+DEFAULT_SAMPLE_TIMEOUT = 120.0  # seconds a sweep waits for one sample before giving up on it
+
+PASS, MISMATCH, ERROR, SKIPPED = "pass", "fail-mismatch", "fail-error", "skipped"
+MODES = {"pynative": ms.PYNATIVE_MODE, "graph": ms.GRAPH_MODE}
+FORWARD_CHECKS = ("forward/pynative", "forward/graph")
+GRAD_CHECKS = ("grad/pynative", "grad/graph")
+CHECKS = FORWARD_CHECKS + GRAD_CHECKS
+
+Input = Union[torch.Tensor, tuple]  # a tensor, or a tuple of tensors for a Tensor[] argument
+OpInfo = Any  # torch.testing._internal.opinfo.core.OpInfo
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # PASS, MISMATCH, ERROR or SKIPPED
+    reason: str = ""
+
+
+@dataclass
+class SampleResult:
+    opinfo: str  # OpInfo key: name, plus '.variant' when it has a variant_test_name
+    index: int  # the sample's position in opinfo.sample_inputs order
+    aten: str | None  # the recorded overload, 'aten::add.Tensor', when there is exactly one
+    scope: str | None  # None when in scope, else why not
+    checks: dict[str, Outcome] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class OpInfoSkipped:
+    opinfo: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    func: torch._ops.OpOverload
+    args: tuple
+    kwargs: dict
+
+
+@dataclass
+class Case:
+    """One sample of one OpInfo, recorded; `call` is set when it reached a single op."""
+
+    opinfo: str
+    index: int
+    supports_autograd: bool
+    scope: str | None
+    call: RecordedCall | None = None
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[RecordedCall] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.calls.append(RecordedCall(func, args, kwargs))
+        return func(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# OpInfos, samples and the scope criterion
+
+
+@lru_cache(maxsize=1)
+def opinfos() -> dict[str, OpInfo]:
+    """Every OpInfo of op_db by key ('add', 'logspace.tensor_overload')."""
+    from torch.testing._internal.common_methods_invocations import op_db
+    return {opinfo_key(info): info for info in op_db}
+
+
+def opinfo_key(info: OpInfo) -> str:
+    return info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
+
+
+def overload_name(func: torch._ops.OpOverload) -> str:
+    schema = func._schema
+    return schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
+
+
+def _returns_only_tensors(schema) -> bool:
+    return bool(schema.returns) and all(str(r.type) in ("Tensor", "List[Tensor]")
+                                        for r in schema.returns)
+
+
+def scope_of_calls(calls: Sequence[RecordedCall]) -> str | None:
+    """Why a recorded call list is out of scope, or None if it is one bridgeable op."""
+    names = [overload_name(c.func) for c in calls]
+    if not calls:
+        return "reaches no ATen op"
+    if len(calls) > 1:
+        shown = ", ".join(dict.fromkeys(names))
+        return f"reaches {len(calls)} ATen ops ({shown[:120]})"
+    schema = calls[0].func._schema
+    if schema.is_mutable:
+        return f"its op writes its inputs ({names[0]})"
+    if not _returns_only_tensors(schema):
+        returned = ", ".join(str(r.type) for r in schema.returns) or "nothing"
+        return f"its op returns {returned} ({names[0]})"
+    return None
+
+
+def record_sample(info: OpInfo, sample) -> tuple[list[RecordedCall], str | None]:
+    """The ATen calls a sample makes, or an out-of-scope reason if it raised."""
+    recorder = _Recorder()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with recorder:
+                info.op(sample.input, *sample.args, **sample.kwargs)
+    except Exception as error:  # noqa: BLE001  (any failure of torch itself)
+        return [], f"the sample raises in torch ({describe(error)})"
+    return recorder.calls, None
+
+
+def opinfo_skip_reason(info: OpInfo) -> str | None:
+    if torch.float32 not in info.supported_dtypes("cpu"):
+        return "no float32 support on CPU"
+    return None
+
+
+def record_cases(key: str) -> list[Case]:
+    """Every float32 CPU sample of an OpInfo, recorded and scoped; ValueError if none can be."""
+    info = opinfos()[key]
+    reason = opinfo_skip_reason(info)
+    if reason is not None:
+        raise ValueError(reason)
+    torch.manual_seed(SEED)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            samples = list(info.sample_inputs("cpu", torch.float32,
+                                              requires_grad=info.supports_autograd))
+    except Exception as error:  # noqa: BLE001
+        raise ValueError(f"sample generation fails ({describe(error)})") from error
+    cases = []
+    for index, sample in enumerate(samples):
+        calls, reason = record_sample(info, sample)
+        reason = reason or scope_of_calls(calls)
+        cases.append(Case(key, index, info.supports_autograd, reason,
+                          calls[0] if len(calls) == 1 else None))
+    return cases
+
+
+def apply_cap(cases: list[Case], cap: int) -> list[Case]:
+    """At most `cap` in-scope cases stay in scope, evenly spread; the others are marked."""
+    in_scope = [c for c in cases if c.scope is None]
+    if cap <= 0 or len(in_scope) <= cap:
+        return cases
+    keep = {in_scope[i].index for i in np.linspace(0, len(in_scope) - 1, cap).round().astype(int)}
+    for case in in_scope:
+        if case.index not in keep:
+            case.scope = f"over the cap of {cap} checked samples per OpInfo"
+    return cases
+
+
+@lru_cache(maxsize=None)
+def in_scope_cases(key: str) -> tuple[Case, ...]:
+    """The in-scope cases of an OpInfo, in sample order (for tests that name them by position)."""
+    return tuple(c for c in record_cases(key) if c.scope is None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mapping a recorded call onto ms_aten
+
+
+class Unsupported(Exception):
+    """A recorded call that ms_aten's calling convention cannot express."""
+
+
+def _type_text(arg) -> tuple[str, bool]:
+    text = str(arg.real_type)
+    if text.startswith("Optional[") and text.endswith("]"):
+        return text[len("Optional["):-1], True
+    return text, False
+
+
+def _is_tensor_arg(arg) -> bool:
+    return _type_text(arg)[0] in ("Tensor", "List[Tensor]", "List[Optional[Tensor]]")
+
+
+def _fresh(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous, detached, conj/neg-resolved copy."""
+    return tensor.detach().resolve_conj().resolve_neg().clone().contiguous()
+
+
+@dataclass
+class BoundCall:
+    """A recorded call split the ms_aten way: call-time inputs and constants."""
+
+    func: torch._ops.OpOverload
+    inputs: list[Input]  # schema order; tuples for Tensor[] / Tensor?[]
+    constants: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return overload_name(self.func)
+
+    def torch_kwargs(self, inputs: Sequence[Input]) -> dict[str, Any]:
+        """Keyword arguments calling the overload with these inputs (schema order)."""
+        kwargs, position = dict(self.constants), iter(inputs)
+        for arg in self.func._schema.arguments:
+            if _is_tensor_arg(arg) and arg.name not in self.constants:
+                value = next(position)
+                kwargs[arg.name] = list(value) if isinstance(value, tuple) else value
+        return kwargs
+
+    def run_torch(self, inputs: Sequence[Input]) -> list[torch.Tensor]:
+        torch.manual_seed(SEED)
+        return flatten(self.func(**self.torch_kwargs(inputs)))
+
+    def ms_op(self) -> ms_aten.AtenOp:
+        return ms_aten.op(self.name, **self.constants)
+
+
+def bind(call: RecordedCall) -> BoundCall:
+    """Split a recorded call by its schema; Unsupported if ms_aten cannot take it."""
+    arguments = call.func._schema.arguments
+    values = dict(zip((a.name for a in arguments), call.args))
+    values.update(call.kwargs)
+    inputs: list[Input] = []
+    constants: dict[str, Any] = {}
+    for arg in arguments:
+        present = arg.name in values
+        value = values.get(arg.name)
+        if not _is_tensor_arg(arg):
+            if present:
+                constants[arg.name] = value
+        elif value is None:
+            constants[arg.name] = None  # an absent or None Tensor?
+        elif isinstance(value, torch.Tensor):
+            inputs.append(_fresh(value))
+        elif any(item is None for item in value):
+            raise Unsupported(f"Tensor?[] argument '{arg.name}' has None entries")
+        else:
+            inputs.append(tuple(_fresh(item) for item in value))
+    return BoundCall(call.func, inputs, constants)
+
+
+def flatten(result: Any) -> list[torch.Tensor]:
+    if isinstance(result, (torch.Tensor, ms.Tensor)):
+        return [result]
+    return [t for item in result for t in flatten(item)]
+
+
+def tensors_of(inputs: Sequence[Input]) -> list[torch.Tensor]:
+    return [t for item in inputs for t in (item if isinstance(item, tuple) else (item,))]
+
+
+def to_ms(tensor: torch.Tensor) -> ms.Tensor:
+    if tensor.dtype == torch.bfloat16:
+        return ms.Tensor(tensor.float().numpy()).astype(ms.bfloat16)
+    return ms.Tensor(tensor.numpy())
+
+
+def to_torch(tensor: ms.Tensor) -> torch.Tensor:
+    if tensor.dtype == ms.bfloat16:
+        return torch.from_numpy(tensor.astype(ms.float32).asnumpy()).to(torch.bfloat16)
+    return torch.from_numpy(np.array(tensor.asnumpy()))
+
+
+def inputs_to_ms(inputs: Sequence[Input]) -> list[Any]:
+    return [tuple(map(to_ms, item)) if isinstance(item, tuple) else to_ms(item)
+            for item in inputs]
+
+
+def describe(error: BaseException) -> str:
+    """'TypeError: first non-blank line of the message' (at most 200 characters)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip(" -")]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:200]
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing
+
+
+def compare(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor],
+            values: bool = True) -> str | None:
+    """None if the outputs agree, else a one-line description of the first difference."""
+    if len(actual) != len(expected):
+        return f"{len(actual)} outputs, torch gives {len(expected)}"
+    for i, (got, want) in enumerate(zip(actual, expected)):
+        if got.dtype != want.dtype or got.shape != want.shape:
+            return (f"output {i}: {got.dtype}{list(got.shape)}, "
+                    f"torch gives {want.dtype}{list(want.shape)}")
+        if not values:
+            continue
+        try:
+            torch.testing.assert_close(got, want, equal_nan=True)
+        except AssertionError as error:
+            detail = [line.strip() for line in str(error).splitlines()[1:] if line.strip()]
+            return f"output {i}: " + "; ".join(detail[:2])[:200]
+    return None
+
+
+def reproducible(bound: BoundCall, expected: list[torch.Tensor]) -> bool:
+    """Whether torch gives the same values for a second run from the same seed."""
+    again = bound.run_torch(bound.inputs)
+    return compare(again, expected) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# MindSpore side: Cells and checks
+
+
+class Apply(nn.Cell):
+    """Calls its op on its inputs: one generic Cell class for every forward check."""
+
+    def __init__(self, op: ms_aten.AtenOp) -> None:
+        super().__init__()
+        self.op = op
+
+    def construct(self, *args):
+        return self.op(*args)
+
+
+class WeightedSum(nn.Cell):
+    """sum_i sum(outputs[picks[i]] * weights[i]): its gradient is the VJP with `weights`.
+
+    It takes its op's inputs flat: ms.grad gives no gradient for a tuple input, so a Tensor[]
+    input of `list_len` tensors from flat position `list_at` (-1: none) is packed here."""
+
+    def __init__(self, op: ms_aten.AtenOp, picks: tuple[int, ...], weights: tuple,
+                 single: bool, list_at: int, list_len: int) -> None:
+        super().__init__()
+        self.op = op
+        self.picks = picks
+        self.weights = weights
+        self.single = single
+        self.list_at = list_at
+        self.list_end = list_at + list_len
+
+    def construct(self, *flat):
+        args = flat
+        if self.list_at >= 0:
+            args = flat[:self.list_at] + (flat[self.list_at:self.list_end],) + flat[self.list_end:]
+        out = self.op(*args)
+        if self.single:
+            return (out * self.weights[0]).sum()
+        total = 0.0
+        for i in range(len(self.picks)):
+            total = total + (out[self.picks[i]] * self.weights[i]).sum()
+        return total
+
+
+class Grad(nn.Cell):
+    """The gradients of a scalar Cell with respect to the inputs at `positions`."""
+
+    def __init__(self, net: nn.Cell, positions: tuple[int, ...]) -> None:
+        super().__init__()
+        self.grad = ms.grad(net, grad_position=positions)
+
+    def construct(self, *args):
+        return self.grad(*args)
+
+
+def _run_in_mode(mode: str, fn: Callable[[], str | None]) -> Outcome:
+    ms.set_context(mode=MODES[mode])
+    try:
+        problem = fn()
+    except Exception as error:  # noqa: BLE001  (every failure is a result)
+        return Outcome(ERROR, describe(error))
+    return Outcome(PASS) if problem is None else Outcome(MISMATCH, problem)
+
+
+def _forward(bound: BoundCall, expected: list[torch.Tensor], values: bool) -> str | None:
+    net = Apply(bound.ms_op())
+    ms_inputs = inputs_to_ms(bound.inputs)
+    torch.manual_seed(SEED)
+    actual = [to_torch(t) for t in flatten(net(*ms_inputs))]
+    return compare(actual, expected, values)
+
+
+def cotangents(outputs: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
+    """Fixed random cotangents for the floating outputs, by output position."""
+    rng = np.random.default_rng(SEED)
+    return {i: torch.from_numpy(rng.standard_normal(tuple(o.shape))).to(o.dtype)
+            for i, o in enumerate(outputs) if o.is_floating_point()}
+
+
+def regroup(flat: Sequence[Any], like: Sequence[Input]) -> list[Any]:
+    """Flat tensors back into the structure of `like` (tuples where it has tuples)."""
+    grouped, position = [], 0
+    for item in like:
+        if isinstance(item, tuple):
+            grouped.append(tuple(flat[position:position + len(item)]))
+            position += len(item)
+        else:
+            grouped.append(flat[position])
+            position += 1
+    return grouped
+
+
+def list_span(inputs: Sequence[Input]) -> tuple[int, int]:
+    """(flat start, length) of the Tensor[] input, or (-1, 0) when there is none."""
+    position = 0
+    for item in inputs:
+        if isinstance(item, tuple):
+            return position, len(item)
+        position += 1
+    return -1, 0
+
+
+@dataclass
+class GradReference:
+    positions: tuple[int, ...]  # flat input positions differentiated (the floating ones)
+    weights: dict[int, torch.Tensor]  # cotangent by output position
+    grads: list[torch.Tensor]  # by position in `positions`
+
+
+def torch_gradients(bound: BoundCall) -> GradReference | str:
+    """The gradient check's torch reference, or why the sample has none."""
+    flat = tensors_of(bound.inputs)
+    positions = tuple(i for i, t in enumerate(flat) if t.is_floating_point())
+    if not positions:
+        return "no floating input"
+    leaves = [t.clone().requires_grad_() if i in positions else t for i, t in enumerate(flat)]
+    outputs = bound.run_torch(regroup(leaves, bound.inputs))
+    weights = cotangents(outputs)
+    loss = sum((outputs[i] * w).sum() for i, w in weights.items())
+    if not weights or not loss.requires_grad:
+        return "no differentiable floating output"
+    wrt = [leaves[i] for i in positions]
+    try:
+        grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+    except RuntimeError as error:
+        return f"torch has no gradient ({describe(error)})"
+    return GradReference(positions, weights, [torch.zeros_like(t) if g is None else g
+                                              for t, g in zip(wrt, grads)])
+
+
+def _gradient(bound: BoundCall, reference: GradReference) -> str | None:
+    list_at, list_len = list_span(bound.inputs)
+    net = WeightedSum(bound.ms_op(), tuple(reference.weights),
+                      tuple(map(to_ms, reference.weights.values())),
+                      _single_output(bound.func), list_at, list_len)
+    flat = [to_ms(t) for t in tensors_of(bound.inputs)]
+    torch.manual_seed(SEED)
+    actual = [to_torch(t) for t in flatten(Grad(net, reference.positions)(*flat))]
+    return compare(actual, reference.grads)
+
+
+def _single_output(func: torch._ops.OpOverload) -> bool:
+    """Whether the ms_aten op returns one tensor rather than a tuple."""
+    returns = func._schema.returns
+    return len(returns) == 1 and str(returns[0].type) == "Tensor"
+
+
+Progress = Callable[[str, Union[Outcome, None]], None]  # (check, None when it starts)
+
+
+def _no_progress(name: str, outcome: Outcome | None) -> None:
+    pass
+
+
+def check_case(case: Case, checks: Sequence[str] = CHECKS,
+               progress: Progress = _no_progress) -> SampleResult:
+    """Run the requested checks on an in-scope case; every failure becomes an Outcome.
+    `progress` hears of each check as it starts and ends."""
+    start = time.perf_counter()
+    result = SampleResult(case.opinfo, case.index,
+                          overload_name(case.call.func) if case.call else None, case.scope)
+    if case.scope is None:
+        try:
+            result.checks = _checks(case, checks, result, progress)
+        except Exception as error:  # noqa: BLE001  (binding or the torch reference failed)
+            result.checks = {name: Outcome(ERROR, describe(error)) for name in checks}
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _checks(case: Case, checks: Sequence[str], result: SampleResult,
+            progress: Progress) -> dict[str, Outcome]:
+    bound = bind(case.call)
+    expected = bound.run_torch(bound.inputs)
+    size = sum(t.numel() for t in tensors_of(bound.inputs) + expected)
+    if size > MAX_ELEMENTS:
+        result.scope = f"over {MAX_ELEMENTS:.0e} elements"
+        return {}
+    values = reproducible(bound, expected)
+    outcomes: dict[str, Outcome] = {}
+
+    def run(name: str, fn: Callable[[], str | None]) -> None:
+        progress(name, None)
+        outcomes[name] = _run_in_mode(name.split("/")[1], fn)
+        progress(name, outcomes[name])
+
+    for name in FORWARD_CHECKS:
+        if name in checks:
+            run(name, lambda: _forward(bound, expected, values))
+    wanted = [name for name in GRAD_CHECKS if name in checks]
+    if not wanted:
+        return outcomes
+    reference = torch_gradients(bound) if case.supports_autograd else "OpInfo has no autograd"
+    if not values and not isinstance(reference, str):
+        reference = "values not reproducible in torch"
+    for name in wanted:
+        if isinstance(reference, str):
+            outcomes[name] = Outcome(SKIPPED, reference)
+        else:
+            run(name, lambda: _gradient(bound, reference))
+    return outcomes
+
+
+# ---------------------------------------------------------------------------------------------
+# Sweeping op_db in a worker process
+
+
+def opinfo_results(key: str, cap: int, start: int = 0, on_begin: Callable[[Case], None] = lambda case: None,
+                   progress: Progress = _no_progress) -> Iterator[SampleResult | OpInfoSkipped]:
+    """Results of one OpInfo's samples from sample index `start` on, or one OpInfoSkipped."""
+    try:
+        cases = apply_cap(record_cases(key), cap)
+    except ValueError as error:
+        yield OpInfoSkipped(key, str(error))
+        return
+    for case in cases[start:]:
+        if case.scope is None:
+            on_begin(case)
+        yield check_case(case, CHECKS, progress)
+
+
+def _worker(conn, cap: int) -> None:
+    """Runs (key, start) jobs from the pipe; sends ('begin', (index, aten)), ('check', (name,
+    outcome or None)) and ('result', item) messages, then ('end', None) per job."""
+    os.chdir(tempfile.mkdtemp(prefix="opinfo_oracle_"))  # MindSpore writes rank_0/ files here
+    warnings.simplefilter("ignore")
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        key, start = job
+        items = opinfo_results(
+            key, cap, start,
+            on_begin=lambda case: conn.send(("begin", (case.index, overload_name(case.call.func)))),
+            progress=lambda name, outcome: conn.send(("check", (name, outcome))))
+        for item in items:
+            conn.send(("result", item))
+        conn.send(("end", None))
+
+
+class _Worker:
+    """A spawned process running _worker."""
+
+    def __init__(self, cap: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_worker, args=(child, cap), daemon=True)
+        self.process.start()
+        child.close()
+        self.jobs = 0
+
+    def receive(self, timeout: float) -> tuple[str, Any] | None:
+        """The next message, or None if the worker died or stayed silent for `timeout` s."""
+        try:
+            if self.conn.poll(timeout):
+                return self.conn.recv()
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def failure(self, timeout: float) -> str:
+        if self.process.is_alive():
+            return f"Timeout: no progress within {timeout:.0f} s"
+        return f"WorkerCrash: the process died (exit code {self.process.exitcode})"
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+
+
+def sweep(keys: Sequence[str], cap: int = DEFAULT_CAP,
+          sample_timeout: float = DEFAULT_SAMPLE_TIMEOUT,
+          recycle_every: int = 25) -> Iterator[SampleResult | OpInfoSkipped]:
+    """Results for every sample of the OpInfos `keys`, from a worker process that is restarted
+    after a crash or a timeout (the check in flight becomes a fail-error, the sweep resumes at
+    the next sample) and every `recycle_every` OpInfos (GRAPH mode keeps compiled Cells)."""
+    worker: _Worker | None = None
+    try:
+        for key in keys:
+            start: int | None = 0
+            while start is not None:
+                if worker is not None and worker.jobs >= recycle_every:
+                    worker.stop()
+                    worker = None
+                worker = worker or _Worker(cap)
+                worker.jobs += 1
+                worker.conn.send((key, start))
+                start = yield from _follow(worker, key, sample_timeout)
+                if start is not None:
+                    worker.stop()
+                    worker = None
+    finally:
+        if worker is not None:
+            worker.stop()
+
+
+def _follow(worker: _Worker, key: str, timeout: float):
+    """Relays one job's results; returns None when it ends, else the index to resume from
+    after yielding the failure of the sample in flight."""
+    begun: SampleResult | None = None
+    while True:
+        message = worker.receive(timeout)
+        if message is None:
+            why = worker.failure(timeout)
+            if begun is None:
+                yield OpInfoSkipped(key, f"the worker failed outside a sample ({why})")
+                return None
+            yield _interrupted(begun, why)
+            return begun.index + 1
+        kind, payload = message
+        if kind == "end":
+            return None
+        if kind == "begin":
+            index, aten = payload
+            begun = SampleResult(key, index, aten, None, seconds=time.perf_counter())
+        elif kind == "check":
+            name, outcome = payload
+            begun.checks[name] = outcome
+        else:
+            begun = None
+            yield payload
+
+
+def _interrupted(begun: SampleResult, why: str) -> SampleResult:
+    """The result of a sample whose worker died or hung: the check in flight failed with `why`,
+    the ones after it did not run."""
+    checks = {name: outcome for name, outcome in begun.checks.items() if outcome is not None}
+    for name in CHECKS:
+        if name not in checks:
+            in_flight = name in begun.checks
+            checks[name] = Outcome(ERROR, why) if in_flight or not begun.checks else Outcome(
+                SKIPPED, "not run: an earlier check of this sample died")
+    begun.checks = checks
+    begun.seconds = time.perf_counter() - begun.seconds
+    return begun

@@ -1,0 +1,82 @@
+"""libms_aten.so's C surface, driven through ctypes: spec decoding, dtypes, errors."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from ms_aten import _lib
+
+lib = _lib.library()
+lib.ms_aten_kernel_create.restype = ctypes.c_void_p
+lib.ms_aten_kernel_create.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+lib.ms_aten_kernel_destroy.argtypes = [ctypes.c_void_p]
+lib.ms_aten_kernel_launch.argtypes = [
+    ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
+    ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
+    ctypes.c_char_p, ctypes.c_size_t]
+
+
+def launch(spec: str, arrays: list[np.ndarray], dtype_names: list[str] | None = None) -> str:
+    """Runs `spec` on numpy buffers (inputs, then outputs) as MindSpore would; '' or the error."""
+    kernel = lib.ms_aten_kernel_create(spec.encode(), None)
+    try:
+        n = len(arrays)
+        params = (ctypes.c_void_p * n)(*(a.ctypes.data for a in arrays))
+        ndims = (ctypes.c_int * n)(*(a.ndim for a in arrays))
+        # 0-dim tensors arrive with a NULL shape, as MindSpore sends them.
+        shapes = (ctypes.POINTER(ctypes.c_int64) * n)(*(
+            (ctypes.c_int64 * a.ndim)(*a.shape) if a.ndim else None for a in arrays))
+        names = dtype_names or [str(a.dtype) for a in arrays]
+        dtypes = (ctypes.c_char_p * n)(*(d.encode() for d in names))
+        error = ctypes.create_string_buffer(1024)
+        status = lib.ms_aten_kernel_launch(kernel, n, params, ndims, shapes, dtypes, error, 1024)
+        assert status == (1 if error.value else 0)
+        return error.value.decode()
+    finally:
+        lib.ms_aten_kernel_destroy(kernel)
+
+
+def test_out_variant_writes_into_the_output_buffer():
+    x = np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32)
+    out = np.zeros_like(x)
+    assert launch("out aten::abs out 1 t0 o0", [x, out]) == ""
+    np.testing.assert_array_equal(out, np.abs(x))
+
+
+def test_zero_dim_buffers_have_null_shapes():
+    x = np.array(-3.0, np.float64)
+    out = np.zeros((), np.float64)
+    assert launch("call aten::neg . 1 t0", [x, out]) == ""
+    assert out == 3.0
+
+
+def test_unknown_dtype_string_is_an_error_not_a_float32_fallback():
+    x = np.ones(4, np.float32)
+    error = launch("out aten::abs out 1 t0 o0", [x, x.copy()], ["float8", "float32"])
+    assert "unsupported MindSpore dtype 'float8'" in error
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("call aten::not_an_op . 1 t0", "operator aten::not_an_op is not registered in torch"),
+    ("call /tmp/evil.so . 1 t0", "is not registered in torch"),
+    ("call aten::abs . 1", "aten::abs takes 1 arguments, the spec has 0"),
+    ("call aten::abs . 1 ?x", "unknown argument token '?x'"),
+    ("sideways aten::abs . 1 t0", "unknown kind 'sideways'"),
+])
+def test_bad_specs_fail_at_launch_with_the_reason(spec, message):
+    x = np.ones(3, np.float32)
+    assert message in launch(spec, [x, x.copy()])
+
+
+def test_functional_result_must_match_the_inferred_output():
+    x = np.ones((2, 3), np.float32)
+    wrong = np.zeros((3, 2), np.float32)
+    assert "came out as Float[2, 3], but MindSpore expects Float[3, 2]" in launch(
+        "call aten::relu . 1 t0", [x, wrong])
+
+
+def test_aten_errors_cross_the_boundary_as_messages():
+    a, b = np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)
+    assert "ms_aten: aten::mm.out:" in launch("out aten::mm out 1 t0 t1 o0", [a, b, np.zeros((2, 3), np.float32)])

@@ -1,4 +1,4 @@
-"""Timing: warm up, then the median of repeated samples.
+"""Timing: warm up, then the median of repeated samples, taken round-robin over the compared calls.
 
 One sample is `inner` back-to-back calls followed by one sync point, divided by `inner`;
 `inner` is calibrated so that a sample lasts about `target_s` (1 for large inputs). MindSpore's
@@ -14,9 +14,11 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Hashable, TypeVar
 
 from mindspore.common.api import _pynative_executor
+
+Key = TypeVar("Key", bound=Hashable)
 
 
 def ms_sync() -> None:
@@ -56,17 +58,24 @@ def calibrate(call: Callable[[], object], sync: Callable[[], None], config: Timi
     return max(1, min(config.max_inner, int(config.target_s / max(once, 1e-7))))
 
 
-def measure(call: Callable[[], object], sync: Callable[[], None], config: TimingConfig) -> Timing:
-    """Median per-call time of `call` (see the module docstring)."""
-    for _ in range(config.warmup):
-        call()
-    sync()
-    inner = calibrate(call, sync, config)
-    samples = []
-    for _ in range(config.repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
+def measure(calls: dict[Key, tuple[Callable[[], object], Callable[[], None]]],
+            config: TimingConfig) -> dict[Key, Timing]:
+    """Median per-call time of each (call, sync) in `calls`, sampled round-robin so that a
+    drift in the machine's load hits every call alike (see the module docstring)."""
+    inner = {}
+    for key, (call, sync) in calls.items():
+        for _ in range(config.warmup):
             call()
         sync()
-        samples.append((time.perf_counter() - start) / inner)
-    return Timing(statistics.median(samples) * 1e6, min(samples) * 1e6, inner, config.repeats)
+        inner[key] = calibrate(call, sync, config)
+    samples: dict[Key, list[float]] = {key: [] for key in calls}
+    for _ in range(config.repeats):
+        for key, (call, sync) in calls.items():
+            start = time.perf_counter()
+            for _ in range(inner[key]):
+                call()
+            sync()
+            samples[key].append((time.perf_counter() - start) / inner[key])
+    return {key: Timing(statistics.median(values) * 1e6, min(values) * 1e6, inner[key],
+                        config.repeats)
+            for key, values in samples.items()}

@@ -41,12 +41,16 @@ def fmt_us(us: float) -> str:
     return f"{us:,.0f}" if us >= 100 else f"{us:.3g}"
 
 
+def fmt_ratio(ratio: float) -> str:
+    return f"×{ratio:,.0f}" if ratio >= 100 else f"×{ratio:.3g}"
+
+
 def cell(route: RouteResult | None) -> str:
     if route is None:
         return ""
     if route.status != OK:
         return route.status
-    return f"{fmt_us(route.median_us)} (×{route.ratio:.3g})"
+    return f"{fmt_us(route.median_us)} ({fmt_ratio(route.ratio)})"
 
 
 def table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
@@ -102,8 +106,12 @@ def wins(cases: list[CaseResult], chains: list[CaseResult]) -> list[list[str]]:
     return [row + [f"×{speedup:.2f}"] for speedup, row in sorted(found, key=lambda f: -f[0])]
 
 
+def size_label(case: CaseResult) -> str:
+    return f"{case.size}, chain of {case.chain_length}" if case.chain_length else case.size
+
+
 def failures(cases: list[CaseResult]) -> list[list[str]]:
-    return [[c.op, c.size, r.family, r.impl, r.mode, r.status, r.note.replace("|", "/")]
+    return [[c.op, size_label(c), r.family, r.impl, r.mode, r.status, r.note.replace("|", "/")]
             for c in cases for r in c.routes if r.status != OK]
 
 
@@ -137,8 +145,9 @@ def dispatcher_lines(dispatcher: list[CaseResult]) -> list[str]:
     if MS_ATEN in by_family and SEED_AOT in by_family:
         overhead = by_family[MS_ATEN] - by_family[SEED_AOT]
         lines += ["", f"ms_aten − seed AOT kernel (leaky_relu, PYNATIVE): **{overhead:+.1f} µs "
-                      f"per call** — ms_aten's Python-side infer plus its spec decode and boxed "
-                      f"dispatcher call, as both go through MindSpore's Custom aot launch."]
+                      f"per call**. Both go through MindSpore's Custom aot launch, so this is "
+                      f"ms_aten's own cost (its Python __infer__, the spec decode and the boxed "
+                      f"dispatcher call), plus this machine's noise."]
     return lines
 
 
@@ -179,14 +188,22 @@ def markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
+COLORS = {"ATen out=": "0.35", "ms_aten graph": "tab:blue", "ms_aten pynative": "lightskyblue",
+          "native graph": "tab:red", "native pynative": "lightsalmon",
+          "pyfunc graph": "tab:purple", "pyfunc pynative": "plum",
+          "ms_aten per op in a graph chain": "navy",
+          "native per op in a graph chain": "darkred"}
+
+
 def _bars(ax, ops: list[str], series: dict[str, list[float | None]]) -> None:
+    """Grouped bars, one group per op; a missing value (n/a, wrong) leaves a gap."""
     width = 0.8 / max(len(series), 1)
     for i, (label, values) in enumerate(series.items()):
         xs = [j + i * width for j, v in enumerate(values) if v is not None]
-        ax.bar(xs, [v for v in values if v is not None], width, label=label)
+        ax.bar(xs, [v for v in values if v is not None], width, label=label, color=COLORS[label])
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ops))], ops, rotation=30, ha="right")
     ax.set_yscale("log")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, ncol=3)
     ax.grid(axis="y", which="both", alpha=0.3)
 
 

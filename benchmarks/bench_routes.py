@@ -111,7 +111,8 @@ def reason(error: BaseException) -> str:
     for line in str(error).splitlines():
         line = line.strip()
         if line and not line.startswith("-"):
-            return f"{type(error).__name__}: {line.split(', Please')[0]}"[:200]
+            line = line.split("Error message is ")[-1].split(", Please")[0]
+            return f"{type(error).__name__}: {line}"[:200]
     return type(error).__name__
 
 

@@ -3,6 +3,7 @@ checked against torch and, only if it is right, timed on the same data; plus the
 chains. A route that fails is "n/a" with MindSpore's reason, a wrong one is "wrong"."""
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -12,9 +13,8 @@ import numpy as np
 import torch
 
 from bench_ops import Arrays, OpCase, flatten
-from bench_routes import (GRAPH, MODES, MS_ATEN, NATIVE, Route, build, chain_route,
-                          ms_aten_route, mismatch, native_routes, pyfunc_route, reason,
-                          seed_aot_route, to_numpy)
+from bench_routes import (GRAPH, MODES, Route, build, chain_route, ms_aten_route, mismatch,
+                          native_routes, pyfunc_route, reason, seed_aot_route, to_numpy)
 from bench_timing import TimingConfig, measure, ms_sync, no_sync
 
 OK, WRONG, NA = "ok", "wrong", "n/a"
@@ -63,36 +63,78 @@ def prepare(case: OpCase, size: str, seed: int) -> Prepared:
     return Prepared(arrays, torch_inputs, [ms.Tensor(a) for a in arrays], expected)
 
 
-def time_aten_out(case: OpCase, data: Prepared, config: TimingConfig) -> float:
-    """ATen out= µs: the baseline every route is a ratio to (checked against torch first)."""
+Check = Callable[[list[np.ndarray]], "str | None"]
+BASELINE = "ATen out="
+
+
+def aten_out_call(case: OpCase, data: Prepared) -> Callable[[], object]:
+    """ATen's out= call on the data, checked against torch: the baseline of every ratio."""
     with torch.inference_mode():
         call = case.aten_out(data.torch_inputs)
         got = [t.numpy() for t in flatten(call())[:len(data.expected)]]
-        problem = mismatch(got, data.expected, data.arrays[0], case.tolerance, case.indexed)
-        if problem:
-            raise AssertionError(f"ATen out= baseline of {case.name} is wrong: {problem}")
-        return measure(call, no_sync, config).median_us
+    problem = mismatch(got, data.expected, data.arrays[0], case.tolerance, case.indexed)
+    if problem:
+        raise AssertionError(f"ATen out= baseline of {case.name} is wrong: {problem}")
+    return call
 
 
-def run_route(route: Route, data: Prepared, check: Callable[[list[np.ndarray]], str | None],
-              config: TimingConfig, baseline_us: float, per: int = 1) -> RouteResult:
-    """Check `route`'s result with `check`, then time it; `per` divides the time (chains)."""
-    def result(status: str, note: str = "") -> RouteResult:
-        return RouteResult(route.family, route.impl, route.mode, status, note=note)
-
+def try_route(route: Route, data: Prepared, check: Check) -> tuple[Callable | None, RouteResult]:
+    """Build `route` and check its result: (its callable, a pending result) if it is right,
+    else (None, its n/a or wrong result)."""
+    result = RouteResult(route.family, route.impl, route.mode, OK)
     try:
         fn = build(route)
         output = fn(*data.ms_inputs)
         ms_sync()
         problem = check(to_numpy(output))
-        if problem:
-            return result(WRONG, problem)
-        timing = measure(lambda: fn(*data.ms_inputs), ms_sync, config)
-    except Exception as error:  # noqa: BLE001 - any failure of a route is reported, not fatal
-        return result(NA, reason(error))
-    median, best = timing.median_us / per, timing.min_us / per
-    return RouteResult(route.family, route.impl, route.mode, OK, median, best,
-                       median / baseline_us, timing.inner)
+    except Exception as error:  # noqa: BLE001 - a failing route is reported, not fatal
+        result.status, result.note = NA, reason(error)
+        return None, result
+    if problem:
+        result.status, result.note = WRONG, problem
+        return None, result
+    return fn, result
+
+
+def run_routes(routes: list[Route], data: Prepared, baseline: Callable[[], object],
+               check: Check, config: TimingConfig, per: int) -> tuple[list[RouteResult], list]:
+    """Check every route, then time the right ones round-robin with the baseline, mode by
+    mode; `per` divides route times (chains). Returns the results and the baseline timings."""
+    results, baselines = [], []
+    for mode in MODES:
+        runnable = {}
+        for route in (r for r in routes if r.mode == mode):
+            fn, result = try_route(route, data, check)
+            results.append(result)
+            if fn is not None:
+                runnable[len(results) - 1] = fn
+        if not runnable:
+            continue
+        calls = {BASELINE: (baseline, no_sync)}
+        calls.update({i: (lambda fn=fn: fn(*data.ms_inputs), ms_sync)
+                      for i, fn in runnable.items()})
+        with torch.inference_mode():
+            timings = measure(calls, config)
+        baselines.append(timings.pop(BASELINE))
+        for i, timing in timings.items():
+            result = results[i]
+            result.median_us, result.min_us = timing.median_us / per, timing.min_us / per
+            result.inner = timing.inner
+    if not baselines:  # no route runs: the baseline alone
+        with torch.inference_mode():
+            baselines.append(measure({BASELINE: (baseline, no_sync)}, config)[BASELINE])
+    return results, baselines
+
+
+def finish(result: CaseResult, routes: list[RouteResult], baselines: list) -> CaseResult:
+    """Fill in the baseline (median over the mode groups) and every route's ratio to it."""
+    if baselines:
+        result.aten_out_us = statistics.median(t.median_us for t in baselines)
+    for route in routes:
+        if route.status == OK:
+            route.ratio = route.median_us / result.aten_out_us
+    result.routes = routes
+    return result
 
 
 def routes_for(case: OpCase, data: Prepared, seed_aot: Path | None) -> list[Route]:
@@ -106,21 +148,24 @@ def routes_for(case: OpCase, data: Prepared, seed_aot: Path | None) -> list[Rout
     return routes
 
 
+def new_result(case: OpCase, size: str, data: Prepared, chain_length: int | None = None):
+    return CaseResult(case.name, size, [list(a.shape) for a in data.arrays],
+                      torch.get_num_threads(), float("nan"), chain_length=chain_length)
+
+
 def run_case(case: OpCase, size: str, config: TimingConfig, seed: int,
              seed_aot: Path | None = None,
              select: Callable[[Route], bool] = lambda route: True) -> CaseResult:
     """Every selected route of `case` at `size`, against ATen out= on the same data."""
     data = prepare(case, size, seed)
-    baseline = time_aten_out(case, data, config)
-    result = CaseResult(case.name, size, [list(a.shape) for a in data.arrays],
-                        torch.get_num_threads(), baseline)
+    baseline = aten_out_call(case, data)
 
     def check(got: list[np.ndarray]) -> str | None:
         return mismatch(got, data.expected, data.arrays[0], case.tolerance, case.indexed)
 
-    for route in filter(select, routes_for(case, data, seed_aot)):
-        result.routes.append(run_route(route, data, check, config, baseline))
-    return result
+    routes = [route for route in routes_for(case, data, seed_aot) if select(route)]
+    results, baselines = run_routes(routes, data, baseline, check, config, per=1)
+    return finish(new_result(case, size, data), results, baselines)
 
 
 def chain_reference(case: OpCase, data: Prepared, length: int) -> list[torch.Tensor]:
@@ -135,19 +180,16 @@ def run_chain(case: OpCase, size: str, config: TimingConfig, seed: int,
               length: int) -> CaseResult:
     """Per-op time inside one graph: `length` chained calls of ms_aten vs of each native."""
     data = prepare(case, size, seed)
-    baseline = time_aten_out(case, data, config)
+    baseline = aten_out_call(case, data)
     expected = chain_reference(case, data, length)
-    result = CaseResult(case.name, size, [list(a.shape) for a in data.arrays],
-                        torch.get_num_threads(), baseline, chain_length=length)
 
     def check(got: list[np.ndarray]) -> str | None:
         return mismatch(got, expected, data.arrays[0], CHAIN_TOLERANCE)
 
     singles = [ms_aten_route(case, data.arrays, GRAPH), *native_routes(case, GRAPH)]
-    for route in singles:
-        chained = chain_route(route, length, pick_first=len(data.expected) > 1)
-        result.routes.append(run_route(chained, data, check, config, baseline, per=length))
-    return result
+    chains = [chain_route(route, length, pick_first=len(data.expected) > 1) for route in singles]
+    routes, baselines = run_routes(chains, data, baseline, check, config, per=length)
+    return finish(new_result(case, size, data, length), routes, baselines)
 
 
 def is_family(*families: str) -> Callable[[Route], bool]:

@@ -1,13 +1,14 @@
 """Timing: warm up, then the median of repeated samples, taken round-robin over the compared calls.
 
 One sample is `inner` back-to-back calls followed by one sync point, divided by `inner`;
-`inner` is calibrated so that a sample lasts about `target_s` (1 for large inputs). MindSpore's
-PyNative mode launches CPU ops asynchronously (a call of ops.ReLU on 16M elements returns in
-~10 us), so every MindSpore sample ends with MindSpore's executor sync, which waits for all
-launched ops; no output is copied out with .asnumpy(). GRAPH-mode Cell calls on CPU already
-return finished results, and the sync then costs ~2 us. Small inputs thus measure the
-steady-state cost of a call in a loop (Python dispatch of call i+1 overlaps the launch of
-call i), which is what a model pays; a lone call would add a thread hand-off of the sync.
+`inner` is doubled until a sample lasts at least `target_s`. MindSpore's PyNative mode launches
+CPU ops asynchronously (a call of ops.ReLU on 16M elements returns in ~10 us), so every
+MindSpore sample ends with MindSpore's executor sync, which waits for all launched ops; no
+output is copied out with .asnumpy(). GRAPH-mode Cell calls on CPU already return finished
+results, and the sync then costs ~2 us. A lone PyNative call + sync costs several ms on a busy
+2-core machine (the hand-off to MindSpore's backend thread waits for a CPU), so the numbers are
+steady-state costs per call in a loop, the sync amortized over many calls, which is what a
+model pays.
 """
 from __future__ import annotations
 
@@ -50,12 +51,17 @@ class Timing:
 
 
 def calibrate(call: Callable[[], object], sync: Callable[[], None], config: TimingConfig) -> int:
-    """Calls per sample so that a sample lasts about config.target_s."""
-    start = time.perf_counter()
-    call()
-    sync()
-    once = time.perf_counter() - start
-    return max(1, min(config.max_inner, int(config.target_s / max(once, 1e-7))))
+    """Calls per sample: doubled until `inner` calls plus one sync last config.target_s."""
+    inner = 1
+    while inner < config.max_inner:
+        start = time.perf_counter()
+        for _ in range(inner):
+            call()
+        sync()
+        if time.perf_counter() - start >= config.target_s:
+            break
+        inner *= 2
+    return min(inner, config.max_inner)
 
 
 def measure(calls: dict[Key, tuple[Callable[[], object], Callable[[], None]]],

@@ -22,7 +22,7 @@ import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import mindspore as ms  # noqa: E402
@@ -66,25 +66,26 @@ class Plan:
 
 
 FULL = Plan(ops=ALL_OPS, sizes=("small", "large"), thread_ops=THREAD_OPS, thread_size="large",
-            chain_length=50, small=TimingConfig(warmup=5, repeats=15, target_s=0.01),
-            large=TimingConfig(warmup=2, repeats=7, target_s=0.0),
-            dispatcher=TimingConfig(warmup=20, repeats=41, target_s=0.01), build_seed=True,
+            chain_length=50, small=TimingConfig(warmup=5, repeats=11, target_s=0.1),
+            large=TimingConfig(warmup=2, repeats=7, target_s=0.1),
+            dispatcher=TimingConfig(warmup=50, repeats=21, target_s=0.2), build_seed=True,
             out=BENCH_DIR / "results")
 QUICK = Plan(ops=("leaky_relu", "softmax", "topk"), sizes=("small",),
              thread_ops=("leaky_relu",), thread_size="small", chain_length=50,
-             small=TimingConfig(warmup=1, repeats=3, target_s=0.001),
-             large=TimingConfig(warmup=1, repeats=3, target_s=0.0),
-             dispatcher=TimingConfig(warmup=2, repeats=5, target_s=0.001), build_seed=False,
+             small=TimingConfig(warmup=1, repeats=3, target_s=0.01),
+             large=TimingConfig(warmup=1, repeats=3, target_s=0.01),
+             dispatcher=TimingConfig(warmup=2, repeats=5, target_s=0.01), build_seed=False,
              out=BENCH_DIR / "results" / "quick")
 
 METHOD = (
     "Method: every route is first checked against torch (allclose; topk/sort indices by "
     "gathering); a route that fails or is wrong is listed as n/a or wrong and never timed. "
-    "Then: warm-up, then the median of {repeats} samples, each sample K back-to-back calls "
-    "followed by one sync, divided by K (K calibrated to ~{target_ms:g} ms per sample for small "
-    "inputs, K=1 for large). MindSpore's PYNATIVE mode launches CPU ops asynchronously, so the "
-    "sync is MindSpore's executor sync (no .asnumpy() copy); small-input PYNATIVE numbers are "
-    "thus steady-state per-call costs in a loop. Baseline: torch.ops.aten.<op>.out (or the "
+    "Then: warm-up, then the median of {repeats} samples ({repeats_large} for large inputs), "
+    "each sample K back-to-back calls followed by one sync, divided by K (K doubled until a "
+    "sample lasts >= {target_ms:g} ms), taken round-robin over the routes of one mode so that "
+    "load drifts hit all alike. MindSpore's PYNATIVE mode launches CPU ops asynchronously, so "
+    "the sync is MindSpore's executor sync (no .asnumpy() copy); PYNATIVE numbers are "
+    "steady-state per-call costs in a loop, with the sync amortized. Baseline: torch.ops.aten.<op>.out (or the "
     "out= overload of the op's kernel: native_layer_norm.out, convolution.out) with "
     "preallocated outputs under torch.inference_mode, on the same data. GRAPH routes: one "
     "nn.Cell per route, compiled once before timing. 'native' is the fastest right MindSpore "
@@ -107,13 +108,18 @@ def seed_kernel(may_build: bool) -> tuple[Path | None, str]:
     return SEED_LIBRARY, f"built {SEED_LIBRARY.relative_to(ROOT)}"
 
 
+_STARTED = time.perf_counter()
+
+
 def summary(result: CaseResult) -> str:
     parts = [f"ATen {result.aten_out_us:.1f}"]
     for route in result.routes:
         shown = f"{route.median_us:.1f}" if route.status == "ok" else route.status
         parts.append(f"{route.family}:{route.impl.split('(')[0]}/{route.mode} {shown}")
     label = f"chain{result.chain_length}" if result.chain_length else result.size
-    return f"{result.op:>12} {label:>8} t{result.torch_threads} µs: " + "; ".join(parts)
+    elapsed = time.perf_counter() - _STARTED
+    return f"[{elapsed:5.0f} s] {result.op:>12} {label:>8} t{result.torch_threads} µs: " + \
+        "; ".join(parts)
 
 
 def report_progress(result: CaseResult) -> CaseResult:
@@ -177,7 +183,7 @@ def metadata(plan: Plan, quick: bool, note: str, seed_note: str, load_start: tup
         "timing": {"small": plan.small.__dict__, "large": plan.large.__dict__,
                    "dispatcher": plan.dispatcher.__dict__, "chain_length": plan.chain_length},
         "note": note,
-        "method": METHOD.format(repeats=plan.small.repeats,
+        "method": METHOD.format(repeats=plan.small.repeats, repeats_large=plan.large.repeats,
                                 target_ms=plan.small.target_s * 1e3) +
                   f" Seed AOT kernel: {seed_note}.",
     }
@@ -190,12 +196,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                                  "or benchmarks/results/quick with --quick)")
     parser.add_argument("--note", default="", help="a line for the results header, e.g. "
                                                    "what else loaded the machine")
+    parser.add_argument("--ops", help=f"comma-separated subset of {','.join(ALL_OPS)}")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     plan = QUICK if args.quick else FULL
+    if args.ops:
+        chosen = tuple(args.ops.split(","))
+        plan = replace(plan, ops=chosen, thread_ops=tuple(o for o in plan.thread_ops
+                                                          if o in chosen))
     warnings.filterwarnings("ignore", message=".*not writable.*")  # pyfunc's read-only arrays
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     started, load_start = time.time(), os.getloadavg()

@@ -8,15 +8,28 @@
 
 namespace ms_aten {
 
+Kernel::Kernel(std::unique_ptr<OpCall> call, std::unique_ptr<OpCall> out, std::string error)
+    : call_(std::move(call)), out_(std::move(out)), error_(std::move(error)) {
+  name_ = call_ ? call_->name() + (call_->kind() == SpecKind::kVjp ? " (backward)" : "")
+                : "ms_aten";
+}
+
 Kernel* Kernel::create(const char* spec, const char* error) noexcept {
   try {
-    if (error != nullptr) return new Kernel(nullptr, "ms_aten", error);
-    auto call = std::make_unique<OpCall>(spec);
-    std::string name = call->name() + (call->kind() == SpecKind::kVjp ? " (backward)" : "");
-    return new Kernel(std::move(call), std::move(name), "");
+    if (error != nullptr) return new Kernel(nullptr, nullptr, error);
+    const std::string text(spec);
+    const size_t split = text.find(';');
+    auto call = std::make_unique<OpCall>(text.substr(0, split));
+    auto out = split == std::string::npos ? nullptr
+                                          : std::make_unique<OpCall>(text.substr(split + 1));
+    if (call->kind() == SpecKind::kOut || (out && out->kind() != SpecKind::kOut)) {
+      throw std::invalid_argument("malformed op spec '" + text +
+                                  "': expected '<call or vjp spec>[;<out spec>]'");
+    }
+    return new Kernel(std::move(call), std::move(out), "");
   } catch (const std::exception& e) {
     try {
-      return new Kernel(nullptr, "ms_aten", e.what());
+      return new Kernel(nullptr, nullptr, e.what());
     } catch (...) {
       return nullptr;
     }
@@ -36,11 +49,17 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   auto tensors = get_torch_tensors(nparam, params, ndims, shapes, dtypes, device);
   std::vector<at::Tensor> inputs(tensors.begin(), tensors.begin() + n_in);
   std::vector<at::Tensor> outputs(tensors.begin() + n_in, tensors.end());
-  switch (call_->kind()) {
-    case SpecKind::kCall: run_call(inputs, outputs); break;
-    case SpecKind::kOut: run_out(inputs, outputs); break;
-    case SpecKind::kVjp: run_vjp(*call_, inputs, outputs); break;
+  if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
+  if (out_ && !out_unsound_.load(std::memory_order_relaxed)) {
+    if (try_out(inputs, outputs)) return;
+    // The out= kernel may have resized our views: write the functional result into new ones.
+    auto fresh = get_torch_tensors(nparam - n_in, params + n_in, ndims + n_in, shapes + n_in,
+                                   dtypes + n_in, device);
+    run_call(inputs, fresh);
+    out_unsound_.store(true, std::memory_order_relaxed);
+    return;
   }
+  run_call(inputs, outputs);
 }
 
 void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t index) {
@@ -74,24 +93,26 @@ void Kernel::run_call(const std::vector<at::Tensor>& inputs,
   for (size_t i = 0; i < results.size(); ++i) copy_into_output(outputs[i], results[i], i);
 }
 
-void Kernel::run_out(const std::vector<at::Tensor>& inputs,
+bool Kernel::try_out(const std::vector<at::Tensor>& inputs,
                      const std::vector<at::Tensor>& outputs) const {
   c10::InferenceMode guard;
   std::vector<std::pair<const void*, std::vector<int64_t>>> before;
   for (const auto& out : outputs) before.emplace_back(out.data_ptr(), out.sizes().vec());
-  auto stack = call_->stack(inputs, outputs);
-  call_->op().callBoxed(stack);
-  // An out= kernel may resize or re-point its output; then it wrote memory MindSpore never sees.
+  auto stack = out_->stack(inputs, outputs);
+  try {
+    out_->op().callBoxed(stack);
+  } catch (const std::exception&) {
+    return false;  // the functional retry reports the error if it is the input's fault
+  }
+  // An out= kernel that resized or re-pointed an output wrote memory MindSpore never sees.
   for (size_t i = 0; i < outputs.size(); ++i) {
     const at::Tensor& out = outputs[i];
     if (out.data_ptr() != before[i].first || out.sizes() != before[i].second ||
         !out.is_contiguous()) {
-      throw std::runtime_error(c10::str("the out= kernel resized or re-allocated output ", i,
-                                        " from ", c10::IntArrayRef(before[i].second), " to ",
-                                        out.sizes(),
-                                        ", so its result would not reach MindSpore's buffer"));
+      return false;
     }
   }
+  return true;
 }
 
 }  // namespace ms_aten

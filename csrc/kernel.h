@@ -1,6 +1,10 @@
 // One MindSpore kernel instance: a decoded op spec plus the launch logic for its kind.
+//
+// The primitive attribute holds one spec, or two separated by ';': the functional call, then
+// the out= overload to try first.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,13 +23,17 @@ class Kernel {
   const std::string& name() const { return name_; }
 
  private:
-  Kernel(std::unique_ptr<OpCall> call, std::string name, std::string error)
-      : call_(std::move(call)), name_(std::move(name)), error_(std::move(error)) {}
+  Kernel(std::unique_ptr<OpCall> call, std::unique_ptr<OpCall> out, std::string error);
 
   void run_call(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
-  void run_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
+  // False when the out= kernel resized, re-allocated or failed; the outputs are then suspect.
+  bool try_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
 
   std::unique_ptr<OpCall> call_;
+  std::unique_ptr<OpCall> out_;
+  // Set once the out= overload proved unusable here while the functional one worked (torch's
+  // mse_loss.out resizes its output, for one): later launches go straight to the functional.
+  mutable std::atomic<bool> out_unsound_{false};
   std::string name_;
   std::string error_;
 };

@@ -63,6 +63,7 @@ def op(name: str, **constants: Any) -> AtenOp:
     """
     binding = Binding.build(resolve(name, constants), constants)
     target = out_variant(binding.schema)
-    spec = binding.spec("out", target) if target is not None else binding.spec("call")
+    # The functional call, then (csrc/kernel.h) the out= overload that writes in place.
+    spec = binding.spec("call") + (f";{binding.spec('out', target)}" if target else "")
     infer = MetaInfer(binding)
     return AtenOp(binding, spec, infer, bprop=make_bprop(binding))

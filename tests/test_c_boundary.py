@@ -38,10 +38,13 @@ def launch(spec: str, arrays: list[np.ndarray], dtype_names: list[str] | None = 
         lib.ms_aten_kernel_destroy(kernel)
 
 
+ABS = "call aten::abs . 1 t0;out aten::abs out 1 t0 o0"
+
+
 def test_out_variant_writes_into_the_output_buffer():
     x = np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32)
     out = np.zeros_like(x)
-    assert launch("out aten::abs out 1 t0 o0", [x, out]) == ""
+    assert launch(ABS, [x, out]) == ""
     np.testing.assert_array_equal(out, np.abs(x))
 
 
@@ -54,7 +57,7 @@ def test_zero_dim_buffers_have_null_shapes():
 
 def test_unknown_dtype_string_is_an_error_not_a_float32_fallback():
     x = np.ones(4, np.float32)
-    error = launch("out aten::abs out 1 t0 o0", [x, x.copy()], ["float8", "float32"])
+    error = launch(ABS, [x, x.copy()], ["float8", "float32"])
     assert "unsupported MindSpore dtype 'float8'" in error
 
 
@@ -64,6 +67,7 @@ def test_unknown_dtype_string_is_an_error_not_a_float32_fallback():
     ("call aten::abs . 1", "aten::abs takes 1 arguments, the spec has 0"),
     ("call aten::abs . 1 ?x", "unknown argument token '?x'"),
     ("sideways aten::abs . 1 t0", "unknown kind 'sideways'"),
+    ("out aten::abs out 1 t0 o0", "expected '<call or vjp spec>[;<out spec>]'"),
 ])
 def test_bad_specs_fail_at_launch_with_the_reason(spec, message):
     x = np.ones(3, np.float32)
@@ -79,4 +83,4 @@ def test_functional_result_must_match_the_inferred_output():
 
 def test_aten_errors_cross_the_boundary_as_messages():
     a, b = np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)
-    assert "ms_aten: aten::mm.out:" in launch("out aten::mm out 1 t0 t1 o0", [a, b, np.zeros((2, 3), np.float32)])
+    assert "ms_aten: aten::mm: mat1 and mat2 shapes cannot be multiplied" in launch("call aten::mm . 1 t0 t1;out aten::mm out 1 t0 t1 o0", [a, b, np.zeros((2, 3), np.float32)])

@@ -1,0 +1,290 @@
+// The PYNATIVE fast path of ms_aten: a MindSpore CustomOpBuilder (pyboost) module that runs any
+// libms_aten.so kernel through MindSpore's PyNative pipeline instead of ops.Custom(aot).
+//
+// Built by ms_aten/fast_path.py with MindSpore's flags, so with -D_GLIBCXX_USE_CXX11_ABI=0,
+// while libms_aten.so uses torch's new ABI: the two meet only through the plain-C API of
+// bridge_abi.h (pointers, ints and C strings), never through std::string or torch types.
+//
+// Python API (module built as ms_aten_fast_path):
+//   Kernel(spec: str, name: str)        one libms_aten kernel (forward or VJP spec)
+//   Outputs(shapes, dtypes, single)     the output tensors of one call: shapes, dtype names
+//   run(forward, vjp, inputs, outputs)  -> Tensor (single) or tuple of Tensors
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ms_extension.h"
+#include "include/pynative/backward/function.h"
+#include "include/utils/pynative/grad_state.h"
+
+#include "bridge_abi.h"
+
+namespace ms_aten_fast {
+namespace {
+
+namespace py = pybind11;
+namespace autograd = mindspore::pynative::autograd;
+using mindspore::TypeId;
+using mindspore::tensor::TensorPtr;
+using TensorPtrList = std::vector<TensorPtr>;
+
+// MindSpore's TypeIds and the dtype names libms_aten.so reads (csrc/ms_ext.cpp has the same 15).
+constexpr std::pair<TypeId, const char*> kDtypes[] = {
+    {TypeId::kNumberTypeFloat16, "float16"},     {TypeId::kNumberTypeBFloat16, "bfloat16"},
+    {TypeId::kNumberTypeFloat32, "float32"},     {TypeId::kNumberTypeFloat64, "float64"},
+    {TypeId::kNumberTypeBool, "bool"},           {TypeId::kNumberTypeInt8, "int8"},
+    {TypeId::kNumberTypeInt16, "int16"},         {TypeId::kNumberTypeInt32, "int32"},
+    {TypeId::kNumberTypeInt64, "int64"},         {TypeId::kNumberTypeUInt8, "uint8"},
+    {TypeId::kNumberTypeUInt16, "uint16"},       {TypeId::kNumberTypeUInt32, "uint32"},
+    {TypeId::kNumberTypeUInt64, "uint64"},       {TypeId::kNumberTypeComplex64, "complex64"},
+    {TypeId::kNumberTypeComplex128, "complex128"},
+};
+
+const char* dtype_name(TypeId type) {
+  for (const auto& [id, name] : kDtypes) {
+    if (id == type) return name;
+  }
+  throw std::invalid_argument("ms_aten: MindSpore dtype (TypeId " +
+                              std::to_string(static_cast<int>(type)) + ") has no ATen equivalent");
+}
+
+TypeId type_id(const std::string& dtype) {
+  for (const auto& [id, name] : kDtypes) {
+    if (dtype == name) return id;
+  }
+  throw std::invalid_argument("ms_aten: unsupported dtype name '" + dtype + "'");
+}
+
+// One libms_aten.so kernel. Held by shared_ptr: a launch still queued in MindSpore's pipeline
+// and an autograd node waiting for its backward both keep it alive after the Python op is gone.
+class Kernel {
+ public:
+  Kernel(const std::string& spec, std::string name)
+      : handle_(ms_aten_kernel_create(spec.c_str(), nullptr)), name_(std::move(name)) {
+    // create() never throws; a spec it cannot decode yields a kernel that fails at launch with
+    // the reason, so only an allocation failure gives NULL.
+    if (handle_ == nullptr) throw std::runtime_error("ms_aten: cannot create kernel " + name_);
+  }
+  ~Kernel() { ms_aten_kernel_destroy(handle_); }
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  // Runs on MindSpore's launch thread with every buffer allocated. Throws std::runtime_error
+  // with libms_aten's message ("ms_aten: <op>: <reason>"); MindSpore re-raises it in Python at
+  // the next sync point, as it does for its own kernels.
+  void launch(const std::vector<ms::Tensor>& inputs, const std::vector<ms::Tensor>& outputs) const {
+    const size_t n = inputs.size() + outputs.size();
+    std::vector<void*> params;
+    std::vector<int> ndims;
+    std::vector<int64_t*> shapes;
+    std::vector<const char*> dtypes;
+    params.reserve(n);
+    ndims.reserve(n);
+    shapes.reserve(n);
+    dtypes.reserve(n);
+    for (const auto* group : {&inputs, &outputs}) {
+      for (const ms::Tensor& t : *group) {
+        params.push_back(t.GetDataPtr());
+        ndims.push_back(static_cast<int>(t.shape().size()));
+        // The C API takes int64_t** but only reads the shapes.
+        shapes.push_back(const_cast<int64_t*>(t.shape().data()));
+        dtypes.push_back(dtype_name(t.data_type()));
+      }
+    }
+    char error[4096];
+    if (ms_aten_kernel_launch(handle_, static_cast<int>(n), params.data(), ndims.data(),
+                              shapes.data(), dtypes.data(), error, sizeof(error)) != 0) {
+      throw std::runtime_error(error);
+    }
+  }
+
+ private:
+  void* handle_;
+  std::string name_;
+};
+using KernelPtr = std::shared_ptr<const Kernel>;
+
+// The output tensors of one call, built once per input signature on the Python side (from
+// AtenOp.infer) and reused: converting nested lists on every call would cost more than the call.
+struct Outputs {
+  Outputs(const std::vector<mindspore::ShapeVector>& shapes, const std::vector<std::string>& dtypes,
+          bool single)
+      : shapes(shapes), single(single) {
+    if (shapes.size() != dtypes.size() || shapes.empty() || (single && shapes.size() != 1)) {
+      throw std::invalid_argument("ms_aten: Outputs needs one dtype per shape, at least one, "
+                                  "and exactly one when single");
+    }
+    for (const auto& dtype : dtypes) types.push_back(type_id(dtype));
+  }
+  std::vector<mindspore::ShapeVector> shapes;
+  std::vector<TypeId> types;
+  bool single;  // return the lone output as a Tensor, not a 1-tuple (AtenOp.__infer__'s rule)
+};
+using OutputsPtr = std::shared_ptr<const Outputs>;
+
+class AtenRunner final : public ms::pynative::PyboostRunner {
+ public:
+  explicit AtenRunner(KernelPtr kernel)
+      : PyboostRunner(kernel->name()), kernel_(std::move(kernel)) {}
+  void LaunchKernel() override { kernel_->launch(inputs(), outputs()); }
+
+ private:
+  KernelPtr kernel_;
+};
+
+// Allocates the outputs and queues the kernel (memory, then launch) in MindSpore's pipeline.
+std::vector<ms::Tensor> launch(const KernelPtr& kernel, const std::vector<ms::Tensor>& inputs,
+                               const std::vector<mindspore::ShapeVector>& shapes,
+                               const std::vector<TypeId>& types) {
+  std::vector<ms::Tensor> outputs;
+  outputs.reserve(shapes.size());
+  for (size_t i = 0; i < shapes.size(); ++i) outputs.emplace_back(types[i], shapes[i]);
+  std::make_shared<AtenRunner>(kernel)->Run(inputs, outputs);
+  return outputs;
+}
+
+TensorPtrList tensor_ptrs(const std::vector<ms::Tensor>& tensors) {
+  TensorPtrList ptrs;
+  ptrs.reserve(tensors.size());
+  for (const ms::Tensor& t : tensors) ptrs.push_back(t.tensor());
+  return ptrs;
+}
+
+// ---- autograd -----------------------------------------------------------------------------
+
+// MS_DECLARE_PARENT names this helper unqualified.
+using mindspore::ConstStringHash;
+
+// Carries the VJP kernel from the forward to the backward through AutogradContext::saved_data,
+// the only per-node storage MindSpore's Function interface gives a static Backward.
+class KernelValue final : public mindspore::Value {
+ public:
+  explicit KernelValue(KernelPtr kernel) : kernel_(std::move(kernel)) {}
+  MS_DECLARE_PARENT(KernelValue, Value)
+  bool operator==(const mindspore::Value& other) const override { return this == &other; }
+  const KernelPtr& kernel() const { return kernel_; }
+
+ private:
+  KernelPtr kernel_;
+};
+constexpr char kVjpKey[] = "ms_aten_vjp";
+
+// Backward = the VJP kernel (csrc/grad.cpp): inputs are the forward inputs then one gradient
+// per forward output; outputs are one gradient per forward input, shaped and typed like it.
+struct AtenFunction {
+  static TensorPtrList Backward(autograd::AutogradContext* ctx, TensorPtrList grad_outputs) {
+    const TensorPtrList saved = ctx->GetSavedTensors();
+    const auto& vjp = ctx->saved_data.at(kVjpKey)->cast_ptr<KernelValue>()->kernel();
+    std::vector<ms::Tensor> inputs;
+    std::vector<mindspore::ShapeVector> shapes;
+    std::vector<TypeId> types;
+    for (const TensorPtr& x : saved) {
+      inputs.emplace_back(x);
+      shapes.push_back(x->shape());
+      types.push_back(x->data_type());
+    }
+    for (const TensorPtr& g : grad_outputs) {
+      // Materialized grads are the default (SetMaterializeGrads is never turned off).
+      if (g == nullptr) throw std::runtime_error("ms_aten: " + vjp->name() + ": missing output gradient");
+      inputs.emplace_back(g);
+    }
+    return tensor_ptrs(launch(vjp, inputs, shapes, types));
+  }
+};
+
+// Function<AtenFunction>::Apply with a run-time number of tensor inputs: Apply takes them as a
+// C++ parameter pack, but an ATen op's input count (a Tensor[] above all) is known only at call
+// time. The steps are Apply's own (include/pynative/backward/function.h), in its order.
+TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
+                              const std::vector<ms::Tensor>& inputs, const Outputs& outputs) {
+  const TensorPtrList input_ptrs = tensor_ptrs(inputs);
+  auto node = std::make_shared<autograd::CppFunctionNode<AtenFunction>>("ms_aten[" + forward->name() + "]");
+  for (const TensorPtr& x : input_ptrs) {
+    x->set_need_pipeline_sync(true);
+    node->is_tensor_input_.push_back(true);
+  }
+  autograd::PrepareForForward();
+  TensorPtrList output_ptrs;
+  {
+    mindspore::kernel::pyboost::RequireGradGuard no_grad(false);
+    output_ptrs = tensor_ptrs(launch(forward, inputs, outputs.shapes, outputs.types));
+    node->context_.SaveForBackward(input_ptrs);
+    node->context_.saved_data[kVjpKey] = std::make_shared<KernelValue>(vjp);
+  }
+  mindspore::abstract::AbstractBasePtrList abstracts;
+  abstracts.reserve(output_ptrs.size());
+  for (const TensorPtr& y : output_ptrs) {
+    auto abstract = y->ToAbstract();
+    abstract->set_value(mindspore::kValueAny);
+    abstracts.push_back(abstract);
+  }
+  node->SetContextBackwardNode(node);
+  node->outputs_abstract_ = std::move(abstracts);
+  node->SetOutputSize(output_ptrs.size());
+  // Declared only as AutogradContext's friend, so found by argument-dependent lookup.
+  CppFunctionDoGrad(&node->context_, input_ptrs, &output_ptrs);
+  return output_ptrs;
+}
+
+// ---- Python entry -------------------------------------------------------------------------
+
+py::object wrap(const TensorPtrList& tensors, bool single) {
+  if (single) return py::reinterpret_steal<py::object>(mindspore::tensor::Wrap(tensors[0]));
+  return py::reinterpret_steal<py::object>(mindspore::tensor::Wrap(tensors));
+}
+
+// Without autograd: PyboostRunner::Call's pipeline, with a run-time output count. The caller
+// gets placeholder tensors at once; MindSpore's frontend thread allocates and queues the kernel
+// and then fulfils the placeholders (or hands them the exception).
+py::object run_async(const KernelPtr& forward, const std::vector<ms::Tensor>& inputs,
+                     const OutputsPtr& outputs) {
+  auto py_outputs = mindspore::tensor::MakeVector<false>(outputs->shapes.size());
+  auto promises = mindspore::tensor::TransformVectorPromise(py_outputs);
+  mindspore::pynative::DispatchOp(std::make_shared<mindspore::pynative::PassthroughFrontendTask>(
+      [forward, inputs, outputs, promises]() {
+        for (const ms::Tensor& x : inputs) x.ConvertStubNodeToTensor();
+        const auto results = launch(forward, inputs, outputs->shapes, outputs->types);
+        mindspore::tensor::SetPromise(promises, tensor_ptrs(results));
+      },
+      [promises]() { mindspore::tensor::SetException(promises); }));
+  // Each placeholder holds one new reference; the returned object takes it over.
+  if (outputs->single) return py::reinterpret_steal<py::object>(py_outputs[0].value());
+  return py::reinterpret_steal<py::object>(mindspore::tensor::TransformVectorOutput(py_outputs));
+}
+
+// pybind11 holds the Python objects by shared_ptr<T>; const-ness is added here.
+py::object run(const std::shared_ptr<Kernel>& forward, const std::shared_ptr<Kernel>& vjp,
+               const std::vector<ms::Tensor>& inputs, const std::shared_ptr<Outputs>& outputs) {
+  if (!forward || !vjp || !outputs) throw std::invalid_argument("ms_aten: run() got None");
+  // Only a call that autograd records needs the Function node (and the synchronous frontend
+  // work it implies); a plain call takes the cheaper asynchronous pipeline.
+  if (mindspore::pynative::GradState::Get().RequiresGrad()) {
+    for (const ms::Tensor& x : inputs) x.ConvertStubNodeToTensor();
+    return wrap(apply_with_grad(forward, vjp, inputs, *outputs), outputs->single);
+  }
+  return run_async(forward, inputs, outputs);
+}
+
+}  // namespace
+}  // namespace ms_aten_fast
+
+PYBIND11_MODULE(MS_EXTENSION_NAME, m) {
+  namespace py = pybind11;
+  using ms_aten_fast::Kernel;
+  using ms_aten_fast::Outputs;
+  m.doc() = "ms_aten's PYNATIVE fast path (see csrc/pyboost/fast_path.cpp)";
+  py::class_<Kernel, std::shared_ptr<Kernel>>(m, "Kernel")
+      .def(py::init<const std::string&, std::string>(), py::arg("spec"), py::arg("name"))
+      .def_property_readonly("name", &Kernel::name);
+  py::class_<Outputs, std::shared_ptr<Outputs>>(m, "Outputs")
+      .def(py::init<const std::vector<mindspore::ShapeVector>&, const std::vector<std::string>&, bool>(),
+           py::arg("shapes"), py::arg("dtypes"), py::arg("single"));
+  m.def("run", &ms_aten_fast::run, py::arg("forward"), py::arg("vjp"), py::arg("inputs"),
+        py::arg("outputs"), "Run `forward` on `inputs` (a list of Tensors); `vjp` is its backward.");
+}

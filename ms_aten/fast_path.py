@@ -1,0 +1,168 @@
+"""The PYNATIVE fast path: an AtenOp call through a MindSpore CustomOpBuilder (pyboost) module.
+
+ops.Custom(func_type="aot") costs ~120 us per PYNATIVE call; the pyboost module built from
+csrc/pyboost/fast_path.cpp runs the same libms_aten.so kernel through MindSpore's PyNative
+pipeline in a fraction of that, gradients included (MindSpore's C++ autograd Function, with
+the op's VJP kernel as backward). GRAPH mode has no pyboost CPU kernel and stays on Custom.
+
+The module is compiled once, at install time, by `build()` (`python -m ms_aten.fast_path`);
+at run time it is only loaded. When it is missing, `available()` is False and callers keep
+using the Custom route; when it exists but cannot be loaded, a warning says why, once.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+import warnings
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Sequence
+
+import mindspore as ms
+from mindspore import Tensor
+
+from . import dtypes
+from ._lib import LIBRARY, PACKAGE_DIR
+
+MODULE_NAME = "ms_aten_fast_path"
+SOURCE = PACKAGE_DIR.parent / "csrc" / "pyboost" / "fast_path.cpp"
+BUILD_DIR = PACKAGE_DIR / "_fast_path_build"
+MODULE_PATH = BUILD_DIR / f"{MODULE_NAME}.so"
+# Written next to the module by build(): the module binds to MindSpore's C++ internals, so it
+# is only loaded under the MindSpore version it was compiled against.
+STAMP_PATH = BUILD_DIR / "stamp.json"
+STATE_ATTR = "_ms_aten_fast_path"
+
+
+def build() -> Path:
+    """Compile the fast-path module into BUILD_DIR (a few minutes); returns the .so path.
+
+    Meant for install time (setup.py, scripts/setup.sh). Raises RuntimeError with the
+    compiler's output when the build fails.
+    """
+    from mindspore.ops import CustomOpBuilder
+
+    if not LIBRARY.is_file():
+        raise RuntimeError(f"{LIBRARY} is missing: build ms_aten's bridge library first")
+    csrc = SOURCE.parent.parent
+    builder = CustomOpBuilder(
+        name=MODULE_NAME,
+        sources=[str(SOURCE)],
+        backend="CPU",
+        include_paths=[str(csrc)],
+        # libms_aten.so sits one level above the module ('$$' is ninja's escape for '$'; the
+        # quotes keep the shell from expanding $ORIGIN). mindspore_common holds GradState,
+        # which CustomOpBuilder does not link by default.
+        ldflags=f"-L{PACKAGE_DIR} -lms_aten -Wl,-rpath,'$$ORIGIN/..' -lmindspore_common",
+        build_dir=str(BUILD_DIR),
+    )
+    path = Path(builder.build())
+    STAMP_PATH.write_text(json.dumps({"mindspore": ms.__version__}))
+    _module.cache_clear()
+    return path
+
+
+@lru_cache(maxsize=None)
+def _module() -> ModuleType | None:
+    """The loaded fast-path module, or None (missing: silently; unloadable: with a warning)."""
+    if not MODULE_PATH.is_file():
+        return None
+    try:
+        built_for = json.loads(STAMP_PATH.read_text())["mindspore"]
+    except (OSError, ValueError, KeyError):
+        built_for = None
+    if built_for != ms.__version__:
+        warnings.warn(f"ms_aten: {MODULE_PATH} was built for MindSpore {built_for}, not "
+                      f"{ms.__version__}; PYNATIVE calls use the slower Custom route until "
+                      f"`python -m ms_aten.fast_path` rebuilds it", RuntimeWarning, stacklevel=3)
+        return None
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, MODULE_PATH)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as error:
+        warnings.warn(f"ms_aten: cannot load {MODULE_PATH} ({error}); PYNATIVE calls use the "
+                      f"slower Custom route", RuntimeWarning, stacklevel=3)
+        return None
+    return module
+
+
+def available() -> bool:
+    """Whether the fast-path module was built and loads."""
+    return _module() is not None
+
+
+class _OpState:
+    """Per-op fast-path state: the forward and VJP kernels, and one Outputs per input signature."""
+
+    def __init__(self, module: ModuleType, op) -> None:
+        binding = op.binding
+        self.forward = module.Kernel(op.attrs["ms_aten_spec"], binding.name)
+        # The same spec AtenVjp (grad.py) carries, without building that primitive.
+        self.vjp = module.Kernel(binding.spec("vjp"), f"{binding.name} (backward)")
+        self.outputs: dict[tuple, Any] = {}
+        self.module = module
+        self.op = op
+
+    def outputs_for(self, flat: Sequence[Tensor], key: tuple):
+        """Output shapes and dtypes for inputs of signature `key`, inferred by op.infer."""
+        for x in flat:
+            if not isinstance(x, Tensor):
+                raise TypeError(f"ms_aten op '{self.op.binding.name}' takes MindSpore Tensors, "
+                                f"got {type(x).__name__}")
+        shapes, types = self.op.infer([list(s) for s, _ in key], [d for _, d in key])
+        names = [dtypes.spec_name(dtypes.to_torch(t)) for t in types]
+        single = len(shapes) == 1 and not self.op.binding.returns_list
+        outputs = self.outputs[key] = self.module.Outputs(shapes, names, single)
+        return outputs
+
+
+def _state(op) -> _OpState:
+    state = getattr(op, STATE_ATTR, None)
+    if state is None:
+        module = _module()
+        if module is None:
+            raise RuntimeError("ms_aten's fast-path module is not built (python -m ms_aten.fast_path)")
+        state = _OpState(module, op)
+        setattr(op, STATE_ATTR, state)  # kernels live as long as the op (and its pending calls)
+    return state
+
+
+def call(op, *args: Tensor | Sequence[Tensor]):
+    """op(*args) in PYNATIVE mode through the fast path: a Tensor, or a tuple of Tensors.
+
+    op: an ms_aten.AtenOp; args: its call-time tensors, a Tensor[] argument as a tuple (as for
+    op(*args)). Gradients flow through ms.grad / value_and_grad. Kernel errors surface as a
+    RuntimeError naming the op, at the next sync point (PYNATIVE launches asynchronously).
+    """
+    state = _state(op)
+    flat: list[Tensor] = []
+    for arg in args:
+        if isinstance(arg, (tuple, list)):
+            flat.extend(arg)
+        else:
+            flat.append(arg)
+    key = tuple((x.shape, x.dtype) for x in flat)
+    outputs = state.outputs.get(key)
+    if outputs is None:
+        outputs = state.outputs_for(flat, key)
+    return state.module.run(state.forward, state.vjp, flat, outputs)
+
+
+def main() -> int:
+    """python -m ms_aten.fast_path: build the module (install time)."""
+    start = time.perf_counter()
+    try:
+        path = build()
+    except RuntimeError as error:
+        print(f"ms_aten.fast_path: build failed: {error}", file=sys.stderr)
+        return 1
+    print(f"{path} built in {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_mlp.py"
 def load_example():
     spec = importlib.util.spec_from_file_location("train_mlp", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["train_mlp"] = module  # MindSpore's graph parser looks modules up by name
     spec.loader.exec_module(module)
     return module
 

@@ -4,6 +4,7 @@ The library is one plain shared object (not a Python extension module): MindSpor
 by path for ops.Custom(func_type="aot"), and users' own kernels link against it. Build with
 `pip install --no-build-isolation .` so the rpath points at the torch the package will run with.
 """
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -15,10 +16,38 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 ROOT = Path(__file__).parent
 CSRC = ROOT / "csrc"
 TORCH_LIB = Path(torch.__file__).parent / "lib"
-CXXFLAGS = ["-O2", "-std=c++17", "-fvisibility=hidden"]
+CXXFLAGS = ["-O2", "-std=c++20", "-fvisibility=hidden"]
 
 # The C++ that talks to torch; extra_abi0.cpp is compiled apart (see MsAtenBuild).
-TORCH_SOURCES = ["ms_ext.cpp", "spec.cpp", "kernel.cpp", "grad.cpp", "entry.cpp"]
+TORCH_SOURCES = ["ms_ext.cpp", "spec.cpp", "kernel.cpp", "grad.cpp", "entry.cpp", "device_cpu.cpp",
+                 "cuda/cuda_device.cpp", "npu/npu_device.cpp"]
+
+
+def device_options() -> tuple[list[str], list[str], list[str], list[str]]:
+    """(macros, include dirs, library dirs, libraries) for the device backends this torch has.
+
+    As pytorch_scatter does: CUDA code is compiled only when torch was built with CUDA and the
+    toolkit is present (MS_ATEN_WITH_CUDA=0/1 overrides); NPU code only when torch_npu imports.
+    """
+    macros, includes, library_dirs, libraries = [], [], [], []
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    want_cuda = os.environ.get("MS_ATEN_WITH_CUDA")
+    if want_cuda == "1" or (want_cuda is None and torch.version.cuda and CUDA_HOME):
+        macros.append("-DWITH_CUDA")
+        includes.append(os.path.join(CUDA_HOME, "include"))
+        library_dirs.append(os.path.join(CUDA_HOME, "lib64"))
+        libraries += ["c10_cuda", "torch_cuda", "cudart"]
+    if importlib.util.find_spec("torch_npu") is not None:
+        npu_root = Path(importlib.util.find_spec("torch_npu").origin).parent
+        macros.append("-DWITH_NPU")
+        includes += [str(npu_root / "include"), str(npu_root / "include" / "third_party" / "acl" / "inc")]
+        library_dirs.append(str(npu_root / "lib"))
+        libraries += ["torch_npu", "ascendcl"]
+    return macros, includes, library_dirs, libraries
+
+
+DEVICE_MACROS, DEVICE_INCLUDES, DEVICE_LIBRARY_DIRS, DEVICE_LIBRARIES = device_options()
 
 
 class MsAtenBuild(BuildExtension):
@@ -39,7 +68,8 @@ class MsAtenBuild(BuildExtension):
             [str(CSRC / "extra_abi0.cpp")],
             output_dir=self.build_temp,
             include_dirs=[str(CSRC)],
-            extra_postargs=["-fPIC", *CXXFLAGS, "-D_GLIBCXX_USE_CXX11_ABI=0"],
+            extra_postargs=["-fPIC", "-O2", "-std=c++17", "-fvisibility=hidden",
+                            "-D_GLIBCXX_USE_CXX11_ABI=0"],
         )
         ext.extra_objects = list(objects)
         super().build_extension(ext)
@@ -53,13 +83,16 @@ shutil.copy2(CSRC / "ms_ext.h", ROOT / "ms_aten" / "include" / "ms_ext.h")
 bridge = CppExtension(
     name="ms_aten.libms_aten",
     sources=[str(Path("csrc") / s) for s in TORCH_SOURCES],
-    include_dirs=[str(CSRC)],
-    extra_compile_args={"cxx": CXXFLAGS},
+    include_dirs=[str(CSRC), *DEVICE_INCLUDES],
+    library_dirs=DEVICE_LIBRARY_DIRS,
+    libraries=DEVICE_LIBRARIES,
+    extra_compile_args={"cxx": CXXFLAGS + DEVICE_MACROS},
     extra_link_args=[
         "-Wl,-soname,libms_aten.so",
         # Installed next to torch, or (editable install) wherever torch was at build time.
         "-Wl,-rpath,$ORIGIN/../torch/lib",
         f"-Wl,-rpath,{TORCH_LIB}",
+        *(f"-Wl,-rpath,{d}" for d in DEVICE_LIBRARY_DIRS),
     ],
 )
 

@@ -127,7 +127,15 @@ def native_routes(case: OpCase, mode: str) -> list[Route]:
     return [Route(NATIVE, native.label, mode, lambda fn=native.fn: fn) for native in case.natives]
 
 
-def pyfunc_route(case: OpCase, expected: Sequence[torch.Tensor], mode: str) -> Route:
+def _with_arity(fn: Callable, n_inputs: int) -> Callable:
+    """`fn(*arrays)` with exactly `n_inputs` named parameters: a pyfunc Custom counts its
+    inputs from the signature and rejects *args as a tuple input."""
+    fixed = {1: lambda a: fn(a), 2: lambda a, b: fn(a, b), 3: lambda a, b, c: fn(a, b, c)}
+    return fixed[n_inputs]
+
+
+def pyfunc_route(case: OpCase, expected: Sequence[torch.Tensor], n_inputs: int,
+                 mode: str) -> Route:
     shapes = [list(t.shape) for t in expected]
     dtypes = [ms.tensor(t[:0].numpy()).dtype for t in expected]
     single = len(expected) == 1
@@ -141,7 +149,8 @@ def pyfunc_route(case: OpCase, expected: Sequence[torch.Tensor], mode: str) -> R
     def make() -> ops.Custom:
         out_shape = (lambda *_: shapes[0]) if single else (lambda *_: tuple(shapes))
         out_dtype = (lambda *_: dtypes[0]) if single else (lambda *_: tuple(dtypes))
-        return ops.Custom(body, out_shape=out_shape, out_dtype=out_dtype, func_type="pyfunc")
+        return ops.Custom(_with_arity(body, n_inputs), out_shape=out_shape,
+                          out_dtype=out_dtype, func_type="pyfunc")
 
     return Route(PYFUNC, "ops.Custom(pyfunc: numpy -> torch -> numpy)", mode, make)
 

@@ -15,10 +15,12 @@ import torch
 from bench_ops import Arrays, OpCase, flatten
 from bench_routes import (GRAPH, MODES, Route, build, chain_route, ms_aten_route, mismatch,
                           native_routes, pyfunc_route, reason, seed_aot_route, to_numpy)
-from bench_timing import TimingConfig, measure, ms_sync, no_sync
+from bench_timing import Timing, TimingConfig, measure, ms_sync, no_sync
 
 OK, WRONG, NA = "ok", "wrong", "n/a"
 CHAIN_TOLERANCE = (1e-3, 1e-3)  # rounding differences compound along a chain
+BASELINE = "ATen out="
+Check = Callable[[list[np.ndarray]], "str | None"]  # why outputs are wrong, or None
 
 
 @dataclass
@@ -30,7 +32,8 @@ class RouteResult:
     median_us: float | None = None  # per call (per op, for a chain)
     min_us: float | None = None
     ratio: float | None = None  # median_us / ATen out= median_us
-    inner: int | None = None
+    inner: int | None = None  # calls per sample
+    samples: int | None = None
     note: str = ""
 
 
@@ -63,10 +66,6 @@ def prepare(case: OpCase, size: str, seed: int) -> Prepared:
     return Prepared(arrays, torch_inputs, [ms.Tensor(a) for a in arrays], expected)
 
 
-Check = Callable[[list[np.ndarray]], "str | None"]
-BASELINE = "ATen out="
-
-
 def aten_out_call(case: OpCase, data: Prepared) -> Callable[[], object]:
     """ATen's out= call on the data, checked against torch: the baseline of every ratio."""
     with torch.inference_mode():
@@ -97,7 +96,8 @@ def try_route(route: Route, data: Prepared, check: Check) -> tuple[Callable | No
 
 
 def run_routes(routes: list[Route], data: Prepared, baseline: Callable[[], object],
-               check: Check, config: TimingConfig, per: int) -> tuple[list[RouteResult], list]:
+               check: Check, config: TimingConfig,
+               per: int) -> tuple[list[RouteResult], list[Timing]]:
     """Check every route, then time the right ones round-robin with the baseline, mode by
     mode; `per` divides route times (chains). Returns the results and the baseline timings."""
     results, baselines = [], []
@@ -119,17 +119,16 @@ def run_routes(routes: list[Route], data: Prepared, baseline: Callable[[], objec
         for i, timing in timings.items():
             result = results[i]
             result.median_us, result.min_us = timing.median_us / per, timing.min_us / per
-            result.inner = timing.inner
+            result.inner, result.samples = timing.inner, timing.repeats
     if not baselines:  # no route runs: the baseline alone
         with torch.inference_mode():
             baselines.append(measure({BASELINE: (baseline, no_sync)}, config)[BASELINE])
     return results, baselines
 
 
-def finish(result: CaseResult, routes: list[RouteResult], baselines: list) -> CaseResult:
+def finish(result: CaseResult, routes: list[RouteResult], baselines: list[Timing]) -> CaseResult:
     """Fill in the baseline (median over the mode groups) and every route's ratio to it."""
-    if baselines:
-        result.aten_out_us = statistics.median(t.median_us for t in baselines)
+    result.aten_out_us = statistics.median(t.median_us for t in baselines)
     for route in routes:
         if route.status == OK:
             route.ratio = route.median_us / result.aten_out_us
@@ -142,13 +141,14 @@ def routes_for(case: OpCase, data: Prepared, seed_aot: Path | None) -> list[Rout
     for mode in MODES:
         routes.append(ms_aten_route(case, data.arrays, mode))
         routes.extend(native_routes(case, mode))
-        routes.append(pyfunc_route(case, data.expected, mode))
+        routes.append(pyfunc_route(case, data.expected, len(data.arrays), mode))
         if case.name == "leaky_relu" and seed_aot is not None:
             routes.append(seed_aot_route(seed_aot, mode))
     return routes
 
 
-def new_result(case: OpCase, size: str, data: Prepared, chain_length: int | None = None):
+def new_result(case: OpCase, size: str, data: Prepared,
+               chain_length: int | None = None) -> CaseResult:
     return CaseResult(case.name, size, [list(a.shape) for a in data.arrays],
                       torch.get_num_threads(), float("nan"), chain_length=chain_length)
 

@@ -39,7 +39,9 @@ class TimingConfig:
     warmup: int
     repeats: int
     target_s: float
-    max_inner: int = 2000
+    max_inner: int = 4096
+    slow_s: float = 1.0
+    slow_repeats: int = 3
 
 
 @dataclass(frozen=True)
@@ -64,24 +66,37 @@ def calibrate(call: Callable[[], object], sync: Callable[[], None], config: Timi
     return min(inner, config.max_inner)
 
 
+def _time_once(call: Callable[[], object], sync: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    call()
+    sync()
+    return time.perf_counter() - start
+
+
 def measure(calls: dict[Key, tuple[Callable[[], object], Callable[[], None]]],
             config: TimingConfig) -> dict[Key, Timing]:
     """Median per-call time of each (call, sync) in `calls`, sampled round-robin so that a
-    drift in the machine's load hits every call alike (see the module docstring)."""
-    inner = {}
+    drift in the machine's load hits every call alike (see the module docstring). A call
+    slower than config.slow_s is sampled one call at a time, config.slow_repeats times."""
+    inner, rounds = {}, {}
     for key, (call, sync) in calls.items():
-        for _ in range(config.warmup):
+        if _time_once(call, sync) >= config.slow_s:
+            inner[key], rounds[key] = 1, min(config.repeats, config.slow_repeats)
+            continue
+        for _ in range(config.warmup - 1):
             call()
         sync()
-        inner[key] = calibrate(call, sync, config)
+        inner[key], rounds[key] = calibrate(call, sync, config), config.repeats
     samples: dict[Key, list[float]] = {key: [] for key in calls}
-    for _ in range(config.repeats):
+    for round_ in range(config.repeats):
         for key, (call, sync) in calls.items():
+            if round_ >= rounds[key]:
+                continue
             start = time.perf_counter()
             for _ in range(inner[key]):
                 call()
             sync()
             samples[key].append((time.perf_counter() - start) / inner[key])
     return {key: Timing(statistics.median(values) * 1e6, min(values) * 1e6, inner[key],
-                        config.repeats)
+                        len(values))
             for key, values in samples.items()}

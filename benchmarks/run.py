@@ -67,7 +67,7 @@ class Plan:
 
 FULL = Plan(ops=ALL_OPS, sizes=("small", "large"), thread_ops=THREAD_OPS, thread_size="large",
             chain_length=50, small=TimingConfig(warmup=5, repeats=11, target_s=0.1),
-            large=TimingConfig(warmup=2, repeats=7, target_s=0.1),
+            large=TimingConfig(warmup=2, repeats=5, target_s=0.1),
             dispatcher=TimingConfig(warmup=50, repeats=21, target_s=0.2), build_seed=True,
             out=BENCH_DIR / "results")
 QUICK = Plan(ops=("leaky_relu", "softmax", "topk"), sizes=("small",),
@@ -77,21 +77,26 @@ QUICK = Plan(ops=("leaky_relu", "softmax", "topk"), sizes=("small",),
              dispatcher=TimingConfig(warmup=2, repeats=5, target_s=0.01), build_seed=False,
              out=BENCH_DIR / "results" / "quick")
 
-METHOD = (
-    "Method: every route is first checked against torch (allclose; topk/sort indices by "
-    "gathering); a route that fails or is wrong is listed as n/a or wrong and never timed. "
-    "Then: warm-up, then the median of {repeats} samples ({repeats_large} for large inputs), "
-    "each sample K back-to-back calls followed by one sync, divided by K (K doubled until a "
-    "sample lasts >= {target_ms:g} ms), taken round-robin over the routes of one mode so that "
-    "load drifts hit all alike. MindSpore's PYNATIVE mode launches CPU ops asynchronously, so "
-    "the sync is MindSpore's executor sync (no .asnumpy() copy); PYNATIVE numbers are "
-    "steady-state per-call costs in a loop, with the sync amortized. Baseline: torch.ops.aten.<op>.out (or the "
-    "out= overload of the op's kernel: native_layer_norm.out, convolution.out) with "
-    "preallocated outputs under torch.inference_mode, on the same data. GRAPH routes: one "
-    "nn.Cell per route, compiled once before timing. 'native' is the fastest right MindSpore "
-    "equivalent in that mode (ops.* or mint.*; every candidate is in results.json). "
-    "pyfunc: ops.Custom(func_type='pyfunc') calling the torch function through numpy. "
-    "seed_aot: csrc/examples/leaky_relu.cpp built with `python -m ms_aten.build`.")
+METHOD = """\
+Method:
+- Every route is first checked against torch (allclose; topk/sort indices by gathering); a
+  route that fails or is wrong is listed as n/a or wrong and never timed.
+- Timing: warm-up, then the median of {repeats} samples ({repeats_large} for large inputs),
+  each K back-to-back calls plus one sync, divided by K; K is doubled until a sample lasts
+  >= {target_ms:g} ms; a call slower than {slow_s:g} s is timed alone, {slow_repeats} times. Samples
+  are taken round-robin over the routes of one mode (and the baseline), so that load drifts hit
+  all alike.
+- MindSpore's PYNATIVE mode launches CPU ops asynchronously: the sync is MindSpore's executor
+  sync (no .asnumpy() copy), and PYNATIVE numbers are steady-state costs per call in a loop.
+- Baseline: torch.ops.aten.<op>.out (for layer_norm and conv2d, the out= overload of their
+  kernel: native_layer_norm.out, convolution.out) with preallocated outputs under
+  torch.inference_mode, on the same data. Ratios are route time / baseline time.
+- GRAPH routes: one nn.Cell per route, compiled once before timing. 'native' is the fastest
+  right MindSpore equivalent in that mode (ops.* or mint.*; every candidate is in
+  results.json). pyfunc: ops.Custom(func_type="pyfunc") calling the torch function through
+  numpy. seed_aot: csrc/examples/leaky_relu.cpp built with `python -m ms_aten.build`
+  ({seed_note}).
+"""
 
 
 def seed_kernel(may_build: bool) -> tuple[Path | None, str]:
@@ -184,8 +189,8 @@ def metadata(plan: Plan, quick: bool, note: str, seed_note: str, load_start: tup
                    "dispatcher": plan.dispatcher.__dict__, "chain_length": plan.chain_length},
         "note": note,
         "method": METHOD.format(repeats=plan.small.repeats, repeats_large=plan.large.repeats,
-                                target_ms=plan.small.target_s * 1e3) +
-                  f" Seed AOT kernel: {seed_note}.",
+                                target_ms=plan.small.target_s * 1e3, slow_s=plan.large.slow_s,
+                                slow_repeats=plan.large.slow_repeats, seed_note=seed_note),
     }
 
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "bridge_abi.h"
+#include "device.h"
 #include "kernel.h"
 
 namespace {
@@ -37,12 +38,27 @@ const char* kernel_name(const ms_aten::Kernel* kernel) {
   return kernel ? kernel->name().c_str() : "MsAtenCall";
 }
 
-void launch(const ms_aten::Kernel* kernel, int nparam, void** params, int* ndims,
-            int64_t** shapes, const char** dtypes) {
+const ms_aten::Kernel& checked(const ms_aten::Kernel* kernel) {
   if (kernel == nullptr) {
-    throw std::runtime_error("no kernel state: MsAtenCallInit did not run for this op");
+    throw std::runtime_error("no kernel state: the kernel's Init did not run for this op");
   }
-  kernel->launch(nparam, params, ndims, shapes, dtypes, c10::kCPU);
+  return *kernel;
+}
+
+// MindSpore's AOT launchers catch std::exception (the CPU one puts what() into the Python
+// RuntimeError, "... Error message is <what>"; the GPU one logs it); a non-zero return code
+// would lose the message, and anything not derived from std::exception aborts the process.
+// So every failure, whatever its type, is caught and leaves as one std::runtime_error that
+// names the op.
+template <class Body>
+int barrier(const ms_aten::Kernel* kernel, Body&& body) {
+  const std::string error = failure_of(kernel_name(kernel), [&] { body(checked(kernel)); });
+  if (!error.empty()) throw std::runtime_error(error);
+  return 0;
+}
+
+const ms_aten::Kernel* kernel_of(void* extra) {
+  return static_cast<const ms_aten::Kernel*>(ms_aten_extra_kernel(extra));
 }
 
 }  // namespace
@@ -55,21 +71,32 @@ void* ms_aten_kernel_create(const char* spec, const char* error) {
 
 void ms_aten_kernel_destroy(void* kernel) { delete static_cast<ms_aten::Kernel*>(kernel); }
 
-// MindSpore AOT signature. params: inputs then outputs; ndims/shapes/dtypes describe each;
-// stream: unused on CPU; extra: MindSpore's AotExtra, holding the kernel state from Init.
-//
-// MindSpore's CPU AOT launcher catches std::exception and puts what() into the Python
-// RuntimeError ("... Error message is <what>"); a non-zero return code would lose the message,
-// and anything not derived from std::exception aborts the process. So every failure, whatever
-// its type, is caught and leaves as one std::runtime_error that names the op.
+// MindSpore AOT signatures, one per backend. params: inputs then outputs; ndims/shapes/dtypes
+// describe each; stream: the device stream MindSpore ordered the kernel on (unused on CPU);
+// extra: MindSpore's AotExtra, holding the kernel state from <name>Init (extra_abi0.cpp).
 MS_ATEN_C_API int MsAtenCall(int nparam, void** params, int* ndims, int64_t** shapes,
                              const char** dtypes, void* /*stream*/, void* extra) {
-  const auto* kernel = static_cast<const ms_aten::Kernel*>(ms_aten_extra_kernel(extra));
-  const std::string error = failure_of(kernel_name(kernel), [&] {
-    launch(kernel, nparam, params, ndims, shapes, dtypes);
+  return barrier(kernel_of(extra), [&](const ms_aten::Kernel& kernel) {
+    kernel.launch(nparam, params, ndims, shapes, dtypes, c10::kCPU);
   });
-  if (!error.empty()) throw std::runtime_error(error);
-  return 0;
+}
+
+MS_ATEN_C_API int MsAtenCallCuda(int nparam, void** params, int* ndims, int64_t** shapes,
+                                 const char** dtypes, void* stream, void* extra) {
+  return barrier(kernel_of(extra), [&](const ms_aten::Kernel& kernel) {
+    ms_aten::run_on_cuda(stream, nparam, params, [&](c10::Device device) {
+      kernel.launch(nparam, params, ndims, shapes, dtypes, device);
+    });
+  });
+}
+
+MS_ATEN_C_API int MsAtenCallNpu(int nparam, void** params, int* ndims, int64_t** shapes,
+                                const char** dtypes, void* stream, void* extra) {
+  return barrier(kernel_of(extra), [&](const ms_aten::Kernel& kernel) {
+    ms_aten::run_on_npu(stream, nparam, params, [&](c10::Device device) {
+      kernel.launch(nparam, params, ndims, shapes, dtypes, device);
+    });
+  });
 }
 
 // The same launch for callers that cannot catch C++ exceptions (ctypes, other libraries):
@@ -79,7 +106,7 @@ MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params,
                                         size_t error_size) {
   const auto* k = static_cast<const ms_aten::Kernel*>(kernel);
   const std::string message = failure_of(kernel_name(k), [&] {
-    launch(k, nparam, params, ndims, shapes, dtypes);
+    checked(k).launch(nparam, params, ndims, shapes, dtypes, c10::kCPU);
   });
   if (message.empty()) return 0;
   if (error != nullptr && error_size > 0) {
@@ -88,6 +115,13 @@ MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params,
     error[n] = '\0';
   }
   return 1;
+}
+
+// Whether this build can serve a MindSpore device target ("CPU", "GPU", "Ascend").
+MS_ATEN_C_API int ms_aten_supports(const char* target) {
+  const std::string name = target ? target : "";
+  return name == "CPU" || (name == "GPU" && ms_aten::built_with_cuda()) ||
+         (name == "Ascend" && ms_aten::built_with_npu());
 }
 
 // "major.minor" of the torch this library was compiled against; ms_aten/_lib.py compares it.

@@ -68,12 +68,9 @@ void* create_kernel(mindspore::AotExtra* extra) {
   }
 }
 
-}  // namespace
-
-extern "C" {
-
-// MindSpore calls <func>Init once per kernel, before the first launch.
-MS_ATEN_C_API int MsAtenCallInit(int* /*ndims*/, int64_t** /*shapes*/, const char** /*dtypes*/, void* extra) {
+// MindSpore calls <func>Init once per kernel, before the first launch; every backend's entry
+// point (entry.cpp) shares it.
+int init_kernel(void* extra) {
   auto* aot_extra = static_cast<mindspore::AotExtra*>(extra);
   if (aot_extra == nullptr) return 0;  // the launch reports the missing state
   try {
@@ -84,6 +81,20 @@ MS_ATEN_C_API int MsAtenCallInit(int* /*ndims*/, int64_t** /*shapes*/, const cha
     aot_extra->kernel_data_ = nullptr;  // only `new` can throw here; the launch reports it
   }
   return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+MS_ATEN_C_API int MsAtenCallInit(int*, int64_t**, const char**, void* extra) {
+  return init_kernel(extra);
+}
+MS_ATEN_C_API int MsAtenCallCudaInit(int*, int64_t**, const char**, void* extra) {
+  return init_kernel(extra);
+}
+MS_ATEN_C_API int MsAtenCallNpuInit(int*, int64_t**, const char**, void* extra) {
+  return init_kernel(extra);
 }
 
 void* ms_aten_extra_kernel(void* extra) {

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "bridge_abi.h"
+#include "device.h"
 #include "grad.h"
 #include "ms_ext.h"
 
@@ -47,6 +48,7 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
                                 " buffers, which does not fit the op's inputs and outputs");
   }
   auto tensors = get_torch_tensors(nparam, params, ndims, shapes, dtypes, device);
+  if (device.is_cpu()) check_host_buffers(tensors);
   std::vector<at::Tensor> inputs(tensors.begin(), tensors.begin() + n_in);
   std::vector<at::Tensor> outputs(tensors.begin() + n_in, tensors.end());
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);

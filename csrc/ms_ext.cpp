@@ -5,6 +5,10 @@
 #include <string>
 #include <utility>
 
+#ifdef WITH_NPU
+#include <torch_npu/csrc/aten/common/from_blob.h>
+#endif
+
 namespace {
 
 // Every dtype string MindSpore 2.10 passes to AOT kernels (see mindspore/common/dtype.py).
@@ -42,8 +46,16 @@ const char* scalar_type_to_ms_dtype(at::ScalarType dtype) {
 at::Tensor wrap_ms_buffer(void* data, int ndim, const int64_t* shape, const char* dtype,
                           c10::Device device) {
   const auto options = at::TensorOptions().dtype(ms_dtype_to_scalar_type(dtype)).device(device);
-  if (ndim == 0 || shape == nullptr) return at::from_blob(data, at::IntArrayRef{}, options);
-  return at::from_blob(data, at::IntArrayRef(shape, static_cast<size_t>(ndim)), options);
+  const auto sizes = ndim == 0 || shape == nullptr
+                         ? at::IntArrayRef{}
+                         : at::IntArrayRef(shape, static_cast<size_t>(ndim));
+#ifdef WITH_NPU
+  // NPU memory needs torch_npu's storage; at::from_blob knows only CPU and CUDA.
+  if (device.type() == c10::DeviceType::PrivateUse1) {
+    return at_npu::native::from_blob(data, sizes, options);
+  }
+#endif
+  return at::from_blob(data, sizes, options);
 }
 
 std::vector<at::Tensor> get_torch_tensors(int nparam, void** params, int* ndims, int64_t** shapes,

@@ -34,7 +34,29 @@ def library() -> ctypes.CDLL:
     return lib
 
 
-def kernel(symbol: str) -> str:
-    """The `func` string of ops.Custom for an AOT kernel of the bridge library."""
-    library()
-    return f"{LIBRARY}:{symbol}"
+# MindSpore device target -> the library's AOT entry point for it (csrc/entry.cpp).
+ENTRY_POINTS = {"CPU": "MsAtenCall", "GPU": "MsAtenCallCuda", "Ascend": "MsAtenCallNpu"}
+
+
+def kernel(target: str) -> str:
+    """The `func` string of ops.Custom for the bridge's kernel on a MindSpore device target.
+
+    RuntimeError, before anything launches, if this build cannot serve the target.
+    """
+    if target not in ENTRY_POINTS:
+        raise ValueError(f"unknown device target {target!r}; expected one of {sorted(ENTRY_POINTS)}")
+    lib = library()
+    lib.ms_aten_supports.restype = ctypes.c_int
+    if not lib.ms_aten_supports(target.encode()):
+        backend = {"GPU": "CUDA", "Ascend": "Ascend NPU"}[target]
+        raise RuntimeError(
+            f"ms_aten was built without {backend} support (torch {torch.__version__}); run the "
+            f"op on CPU with op.set_device('CPU'), or reinstall ms_aten next to a {backend} torch")
+    return f"{LIBRARY}:{ENTRY_POINTS[target]}"
+
+
+def current_target() -> str:
+    """MindSpore's device target ("CPU", "GPU" or "Ascend")."""
+    import mindspore as ms
+
+    return ms.get_context("device_target")

@@ -48,11 +48,11 @@ def command(source: Path, output: Path) -> list[str]:
             raise BuildError(f"{source} is CUDA code, but this torch has no CUDA "
                              f"(torch.version.cuda={torch.version.cuda}) or nvcc is missing")
         cuda_lib = Path(cpp_extension.CUDA_HOME or "/usr/local/cuda") / "lib64"
-        return [nvcc, "-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", *_torch_flags(),
+        return [nvcc, "-O2", "-std=c++20", "-shared", "-Xcompiler", "-fPIC", *_torch_flags(),
                 str(source), "-o", str(output), *_link_flags(), "-lc10_cuda", "-ltorch_cuda",
                 f"-L{cuda_lib}", "-lcudart"]
     compiler = os.environ.get("CXX", "g++")
-    return [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", *_torch_flags(), str(source), "-o",
+    return [compiler, "-O2", "-std=c++20", "-shared", "-fPIC", *_torch_flags(), str(source), "-o",
             str(output), *_link_flags()]
 
 

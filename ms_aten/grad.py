@@ -24,8 +24,8 @@ class AtenVjp(ops.Custom):
 
     def __init__(self, binding: Binding):
         self.binding = binding
-        super().__init__(_lib.kernel("MsAtenCall"), out_shape=self._unused, out_dtype=self._unused,
-                         func_type="aot")
+        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
+                         out_dtype=self._unused, func_type="aot")
         self.add_prim_attr("ms_aten_spec", binding.spec("vjp"))
 
     def __infer__(self, *args: dict) -> dict:
@@ -79,4 +79,5 @@ def make_bprop(binding: Binding) -> Callable:
         return grads[:list_at] + (grads[list_at:list_at + n_list],) + grads[list_at + n_list:]
 
     bprop = _with_arity(len(binding.slots), gradients)
+    bprop.vjp = vjp  # AtenOp.set_device moves the backward kernel along with the forward
     return bprop

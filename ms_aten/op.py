@@ -22,7 +22,7 @@ class AtenOp(ops.Custom):
     def __init__(self, binding: Binding, spec: str, infer: MetaInfer, bprop=None):
         self.binding = binding
         self.infer = infer
-        super().__init__(_lib.kernel("MsAtenCall"), out_shape=self._shapes,
+        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._shapes,
                          out_dtype=self._dtypes, func_type="aot", bprop=bprop)
         self.add_prim_attr(SPEC_ATTR, spec)
         # MindSpore's PyNative kernel cache keys on func and attributes; a per-object id keeps
@@ -47,10 +47,27 @@ class AtenOp(ops.Custom):
                 raise TypeError(f"ms_aten op '{self.binding.name}': in GRAPH mode the tensors of "
                                 f"a list must share one dtype, got {list(map(str, arg['dtype']))}")
 
+    def set_device(self, device_target: str) -> AtenOp:
+        """Run this op (and its backward) on `device_target` whatever MindSpore's context says,
+        e.g. set_device("CPU") for the CPU ATen kernel while the context is GPU."""
+        retarget(self, device_target)
+        retarget(self.bprop.vjp, device_target)
+        return self
+
     def _shapes(self, *shapes):  # Custom requires these callables; __infer__ replaces them
         raise AssertionError("unreachable: AtenOp.__infer__ infers shapes")
 
     _dtypes = _shapes
+
+
+def retarget(custom: ops.Custom, device_target: str) -> None:
+    """Point an ms_aten Custom op at the bridge's kernel for `device_target`."""
+    func = _lib.kernel(device_target)  # raises before anything runs if unsupported
+    ops.Custom.set_device(custom, device_target)
+    custom.uniq_name = custom.uniq_name.replace(custom.func, func)
+    custom.func = custom.func_name = func
+    custom.add_prim_attr("func_name", func)
+    custom.add_prim_attr("uniq_name", custom.uniq_name)
 
 
 def op(name: str, **constants: Any) -> AtenOp:

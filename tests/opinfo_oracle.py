@@ -234,15 +234,12 @@ class Unsupported(Exception):
     """A recorded call that ms_aten's calling convention cannot express."""
 
 
-def _type_text(arg) -> tuple[str, bool]:
+def _is_tensor_arg(arg) -> bool:
+    """Tensor, Tensor?, Tensor[] or Tensor?[]: a call-time input of an ms_aten op."""
     text = str(arg.real_type)
     if text.startswith("Optional[") and text.endswith("]"):
-        return text[len("Optional["):-1], True
-    return text, False
-
-
-def _is_tensor_arg(arg) -> bool:
-    return _type_text(arg)[0] in ("Tensor", "List[Tensor]", "List[Optional[Tensor]]")
+        text = text[len("Optional["):-1]
+    return text in ("Tensor", "List[Tensor]", "List[Optional[Tensor]]")
 
 
 def _fresh(tensor: torch.Tensor) -> torch.Tensor:

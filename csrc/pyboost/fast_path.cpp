@@ -142,10 +142,15 @@ class AtenRunner final : public ms::pynative::PyboostRunner {
 std::vector<ms::Tensor> launch(const KernelPtr& kernel, const std::vector<ms::Tensor>& inputs,
                                const std::vector<mindspore::ShapeVector>& shapes,
                                const std::vector<TypeId>& types) {
+  // libms_aten reads dense buffers, but a PyNative view (transpose, ...) arrives strided and
+  // PyboostRunner::Run does not copy it: queue MindSpore's own contiguous op first.
+  std::vector<ms::Tensor> dense;
+  dense.reserve(inputs.size());
+  for (const ms::Tensor& x : inputs) dense.push_back(x.is_contiguous() ? x : x.contiguous());
   std::vector<ms::Tensor> outputs;
   outputs.reserve(shapes.size());
   for (size_t i = 0; i < shapes.size(); ++i) outputs.emplace_back(types[i], shapes[i]);
-  std::make_shared<AtenRunner>(kernel)->Run(inputs, outputs);
+  std::make_shared<AtenRunner>(kernel)->Run(dense, outputs);
   return outputs;
 }
 

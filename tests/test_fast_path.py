@@ -1,0 +1,176 @@
+"""The PYNATIVE fast path (ms_aten.fast_path, csrc/pyboost/fast_path.cpp): same results as the
+Custom(aot) route and as torch, gradients equal to torch autograd, kernel errors that surface
+and leave the process working."""
+from __future__ import annotations
+
+import mindspore as ms
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ms_aten
+from common import set_mode, to_ms, to_torch
+from ms_aten import fast_path
+
+pytestmark = pytest.mark.skipif(not fast_path.available(),
+                                reason="fast-path module not built (python -m ms_aten.fast_path)")
+
+g = torch.Generator().manual_seed(7)
+
+
+def randn(*shape: int, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(shape, generator=g, dtype=dtype)
+
+
+X = randn(3, 4)
+
+# (ms_aten name, constants, call-time inputs (a tuple for a Tensor[]), torch reference)
+CASES = [
+    ("leaky_relu", {"negative_slope": 0.2}, (randn(8),), lambda x: F.leaky_relu(x, 0.2)),
+    ("add.Tensor", {}, (randn(3, 1), randn(4)), torch.add),
+    ("max.dim", {"dim": 1}, (X,), lambda x: tuple(x.max(1))),
+    ("cat", {"dim": 0}, ((X, randn(2, 4)),), lambda xs: torch.cat(xs, 0)),
+    ("sum", {}, (X,), torch.sum),  # 0-dim output
+    ("relu", {}, (randn(0, 3),), torch.relu),  # zero-size
+    ("add.Tensor", {}, (torch.arange(6).reshape(2, 3), torch.tensor(5)), torch.add),  # int64, 0-dim in
+    ("mul.Tensor", {}, (randn(5, dtype=torch.bfloat16), randn(5, dtype=torch.bfloat16)), torch.mul),
+]
+IDS = [f"{name}-{i}" for i, (name, *_) in enumerate(CASES)]
+
+
+def as_tuple(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+@pytest.fixture(autouse=True)
+def pynative():
+    set_mode("pynative")
+
+
+@pytest.mark.parametrize("name, constants, inputs, reference", CASES, ids=IDS)
+def test_forward_matches_aot_and_torch(name, constants, inputs, reference):
+    op = ms_aten.op(name, **constants)
+    args = to_ms(inputs)
+    fast = fast_path.call(op, *args)
+    aot = op(*args)
+    assert type(fast) is type(aot)  # a lone output is a Tensor, several are a tuple
+    expected = as_tuple(reference(*inputs))
+    for f, a, e in zip(as_tuple(fast), as_tuple(aot), expected, strict=True):
+        assert f.shape == a.shape and f.dtype == a.dtype
+        torch.testing.assert_close(to_torch(f), to_torch(a), rtol=0, atol=0)
+        torch.testing.assert_close(to_torch(f), e, rtol=0, atol=0)
+
+
+def test_repeated_calls_reuse_the_cached_outputs_per_signature():
+    op = ms_aten.op("relu")
+    for shape in [(2, 3), (4,), (2, 3)]:
+        x = randn(*shape)
+        torch.testing.assert_close(to_torch(fast_path.call(op, to_ms(x))), x.relu())
+    assert len(getattr(op, fast_path.STATE_ATTR).outputs) == 2
+
+
+def test_non_contiguous_input():
+    op = ms_aten.op("mul.Tensor")
+    x = randn(3, 4)
+    view = to_ms(x).transpose(1, 0)  # a strided PyNative view: the runner makes it contiguous
+    torch.testing.assert_close(to_torch(fast_path.call(op, view, view)), x.t() * x.t())
+
+
+# ---- gradients --------------------------------------------------------------------------
+
+GRAD_CASES = [
+    ("leaky_relu", {"negative_slope": 0.2}, (randn(8),), lambda x: F.leaky_relu(x, 0.2)),
+    ("add.Tensor", {}, (randn(3, 1), randn(4)), torch.add),
+    ("max.dim", {"dim": 1}, (X,), lambda x: tuple(x.max(1))),
+    ("cat", {"dim": 0}, ((X, randn(2, 4)),), lambda xs: torch.cat(xs, 0)),
+    ("sum", {}, (X,), torch.sum),
+    ("gather", {"dim": 1}, (X, torch.tensor([[0, 2], [1, 3], [2, 0]])), lambda x, i: x.gather(1, i)),
+]
+
+
+def flat(values) -> list:
+    return [v for item in values for v in (flat(item) if isinstance(item, tuple) else [item])]
+
+
+def regroup(flat_args: list, inputs: tuple) -> tuple:
+    """Flat tensors back into the call's layout (a tuple where `inputs` has a Tensor[])."""
+    it = iter(flat_args)
+    return tuple(tuple(next(it) for _ in x) if isinstance(x, tuple) else next(it) for x in inputs)
+
+
+def torch_grads(reference, inputs, weights) -> list[torch.Tensor]:
+    leaves = [x.clone().requires_grad_(x.dtype.is_floating_point) for x in flat(inputs)]
+    outputs = as_tuple(reference(*regroup(leaves, inputs)))
+    loss = sum((o * w).sum() for o, w in zip(outputs, weights) if w is not None)
+    grads = iter(torch.autograd.grad(loss, [x for x in leaves if x.requires_grad]))
+    return [next(grads) if x.requires_grad else torch.zeros_like(x) for x in leaves]
+
+
+def fast_grads(op, inputs, weights) -> list:
+    ms_weights = [to_ms(w) if w is not None else None for w in weights]
+
+    def loss(*flat_args):
+        outputs = as_tuple(fast_path.call(op, *regroup(list(flat_args), inputs)))
+        return sum((o * w).sum() for o, w in zip(outputs, ms_weights) if w is not None)
+
+    args = to_ms(flat(inputs))
+    grads = ms.grad(loss, grad_position=tuple(range(len(args))))(*args)
+    return list(grads) if len(args) > 1 else [grads]
+
+
+@pytest.mark.parametrize("name, constants, inputs, reference", GRAD_CASES,
+                         ids=[c[0] for c in GRAD_CASES])
+def test_gradient_matches_torch_autograd(name, constants, inputs, reference):
+    outputs = as_tuple(reference(*inputs))
+    weights = [randn(*o.shape) if o.dtype.is_floating_point else None for o in outputs]
+    expected = torch_grads(reference, inputs, weights)
+    got = fast_grads(ms_aten.op(name, **constants), inputs, weights)
+    assert len(got) == len(expected)
+    for actual, want in zip(got, expected):
+        torch.testing.assert_close(to_torch(actual), want, rtol=1e-5, atol=1e-5)
+
+
+def test_gradient_flows_through_a_chain_of_fast_path_ops():
+    relu, mul = ms_aten.op("relu"), ms_aten.op("mul.Tensor")
+    x = randn(6)
+    got = ms.grad(lambda t: fast_path.call(mul, fast_path.call(relu, t), t).sum())(to_ms(x))
+    leaf = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad((leaf.relu() * leaf).sum(), leaf)
+    torch.testing.assert_close(to_torch(got), want)
+
+
+# ---- errors -----------------------------------------------------------------------------
+
+def assert_still_works() -> None:
+    torch.testing.assert_close(to_torch(fast_path.call(ms_aten.op("relu"), to_ms(X))), X.relu())
+
+
+def test_kernel_error_reaches_python_and_the_next_call_runs():
+    op = ms_aten.op("index.Tensor")
+    with pytest.raises(RuntimeError, match=r"ms_aten: aten::index\.Tensor.*index 5 is out of bounds"):
+        # PYNATIVE launches asynchronously: the error surfaces at the next sync (asnumpy).
+        fast_path.call(op, to_ms(X), (to_ms(torch.tensor([5])),)).asnumpy()
+    assert_still_works()
+    # The same op object keeps working with valid input.
+    got = fast_path.call(op, to_ms(X), (to_ms(torch.tensor([2])),))
+    torch.testing.assert_close(to_torch(got), X[torch.tensor([2])])
+
+
+def test_kernel_error_under_grad_reaches_python():
+    op = ms_aten.op("index.Tensor")
+    index = to_ms(torch.tensor([5]))
+    with pytest.raises(RuntimeError, match=r"index 5 is out of bounds"):
+        ms.grad(lambda x: fast_path.call(op, x, (index,)).sum())(to_ms(X)).asnumpy()
+    assert_still_works()
+
+
+def test_aten_shape_error_names_the_op():
+    with pytest.raises(RuntimeError, match=r"aten::mm.*must have same reduction dim"):
+        fast_path.call(ms_aten.op("mm"), to_ms(X), to_ms(X))
+    assert_still_works()
+
+
+def test_wrong_tensor_count_is_a_type_error():
+    with pytest.raises(TypeError, match=r"'aten::mm' takes 2 tensors \(self, mat2\), got 1"):
+        fast_path.call(ms_aten.op("mm"), to_ms(X))
+    assert_still_works()

@@ -16,7 +16,7 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 ROOT = Path(__file__).parent
 CSRC = ROOT / "csrc"
 TORCH_LIB = Path(torch.__file__).parent / "lib"
-CXXFLAGS = ["-O2", "-std=c++20", "-fvisibility=hidden"]
+CXXFLAGS = ["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"]
 
 # The C++ that talks to torch; extra_abi0.cpp is compiled apart (see MsAtenBuild).
 TORCH_SOURCES = ["ms_ext.cpp", "spec.cpp", "kernel.cpp", "grad.cpp", "entry.cpp", "device_cpu.cpp",

@@ -18,6 +18,7 @@ from bench_ops import Arrays, OpCase, flatten
 GRAPH, PYNATIVE = "graph", "pynative"
 MODES = {GRAPH: ms.GRAPH_MODE, PYNATIVE: ms.PYNATIVE_MODE}
 MS_ATEN, NATIVE, PYFUNC, SEED_AOT = "ms_aten", "native", "pyfunc", "seed_aot"
+MS_DTYPES = {torch.float32: ms.float32, torch.int64: ms.int64}  # the benchmarks' output dtypes
 
 
 class Apply(nn.Cell):
@@ -137,7 +138,7 @@ def _with_arity(fn: Callable, n_inputs: int) -> Callable:
 def pyfunc_route(case: OpCase, expected: Sequence[torch.Tensor], n_inputs: int,
                  mode: str) -> Route:
     shapes = [list(t.shape) for t in expected]
-    dtypes = [ms.tensor(t[:0].numpy()).dtype for t in expected]
+    dtypes = [MS_DTYPES[t.dtype] for t in expected]
     single = len(expected) == 1
 
     def body(*arrays: np.ndarray):

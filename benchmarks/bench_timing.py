@@ -52,25 +52,23 @@ class Timing:
     repeats: int
 
 
+def _time_loop(call: Callable[[], object], sync: Callable[[], None], inner: int) -> float:
+    start = time.perf_counter()
+    for _ in range(inner):
+        call()
+    sync()
+    return time.perf_counter() - start
+
+
 def calibrate(call: Callable[[], object], sync: Callable[[], None], config: TimingConfig) -> int:
-    """Calls per sample: doubled until `inner` calls plus one sync last config.target_s."""
+    """Calls per sample: doubled until `inner` calls plus one sync last config.target_s (the
+    faster of two tries, so that one stall of a busy machine does not stop it early)."""
     inner = 1
     while inner < config.max_inner:
-        start = time.perf_counter()
-        for _ in range(inner):
-            call()
-        sync()
-        if time.perf_counter() - start >= config.target_s:
+        if min(_time_loop(call, sync, inner) for _ in range(2)) >= config.target_s:
             break
         inner *= 2
     return min(inner, config.max_inner)
-
-
-def _time_once(call: Callable[[], object], sync: Callable[[], None]) -> float:
-    start = time.perf_counter()
-    call()
-    sync()
-    return time.perf_counter() - start
 
 
 def measure(calls: dict[Key, tuple[Callable[[], object], Callable[[], None]]],
@@ -80,7 +78,7 @@ def measure(calls: dict[Key, tuple[Callable[[], object], Callable[[], None]]],
     slower than config.slow_s is sampled one call at a time, config.slow_repeats times."""
     inner, rounds = {}, {}
     for key, (call, sync) in calls.items():
-        if _time_once(call, sync) >= config.slow_s:
+        if _time_loop(call, sync, 1) >= config.slow_s:
             inner[key], rounds[key] = 1, min(config.repeats, config.slow_repeats)
             continue
         for _ in range(config.warmup - 1):
@@ -92,11 +90,7 @@ def measure(calls: dict[Key, tuple[Callable[[], object], Callable[[], None]]],
         for key, (call, sync) in calls.items():
             if round_ >= rounds[key]:
                 continue
-            start = time.perf_counter()
-            for _ in range(inner[key]):
-                call()
-            sync()
-            samples[key].append((time.perf_counter() - start) / inner[key])
+            samples[key].append(_time_loop(call, sync, inner[key]) / inner[key])
     return {key: Timing(statistics.median(values) * 1e6, min(values) * 1e6, inner[key],
                         len(values))
             for key, values in samples.items()}

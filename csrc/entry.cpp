@@ -117,6 +117,9 @@ MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params,
   return 1;
 }
 
+MS_ATEN_C_API void ms_aten_set_num_threads(int n) { ms_aten::set_num_threads(n); }
+MS_ATEN_C_API int ms_aten_get_num_threads() { return ms_aten::num_threads(); }
+
 // Whether this build can serve a MindSpore device target ("CPU", "GPU", "Ascend").
 MS_ATEN_C_API int ms_aten_supports(const char* target) {
   const std::string name = target ? target : "";

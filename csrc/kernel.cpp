@@ -1,5 +1,7 @@
 #include "kernel.h"
 
+#include <ATen/Parallel.h>
+
 #include <stdexcept>
 
 #include "bridge_abi.h"
@@ -39,9 +41,21 @@ Kernel* Kernel::create(const char* spec, const char* error) noexcept {
   }
 }
 
+namespace {
+std::atomic<int> g_num_threads{0};  // 0: ATen's default (one per core)
+}  // namespace
+
+void set_num_threads(int n) { g_num_threads.store(n < 0 ? 0 : n, std::memory_order_relaxed); }
+int num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
+
 void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                     c10::Device device) const {
   if (!call_) throw std::runtime_error(error_);
+  // OpenMP's thread count is a per-thread setting, and MindSpore launches kernels from its own
+  // worker threads: apply the configured count in whichever thread runs this launch.
+  if (const int wanted = num_threads(); wanted > 0 && at::get_num_threads() != wanted) {
+    at::set_num_threads(wanted);
+  }
   const int n_in = call_->input_count(nparam);
   if (n_in < 0 || n_in > nparam) {
     throw std::invalid_argument("got " + std::to_string(nparam) +

@@ -38,6 +38,10 @@ class Kernel {
   std::string error_;
 };
 
+// ATen intra-op threads for bridged kernels (0: ATen's default); see ms_aten.set_num_threads.
+void set_num_threads(int n);
+int num_threads();
+
 // Writes `result` into MindSpore's output buffer after checking that shape and dtype agree
 // with what the Python side inferred; copy_ alone would broadcast or cast silently.
 void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t index);

@@ -19,13 +19,16 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import mindspore as ms
 from mindspore import Tensor
 
 from . import dtypes
 from ._lib import LIBRARY, PACKAGE_DIR
+
+if TYPE_CHECKING:  # op.py will import this module to route PYNATIVE calls here
+    from .op import AtenOp
 
 MODULE_NAME = "ms_aten_fast_path"
 SOURCE = PACKAGE_DIR.parent / "csrc" / "pyboost" / "fast_path.cpp"
@@ -79,6 +82,8 @@ def _module() -> ModuleType | None:
                       f"{ms.__version__}; PYNATIVE calls use the slower Custom route until "
                       f"`python -m ms_aten.fast_path` rebuilds it", RuntimeWarning, stacklevel=3)
         return None
+    if MODULE_NAME in sys.modules:  # an extension module initializes once per process
+        return sys.modules[MODULE_NAME]
     spec = importlib.util.spec_from_file_location(MODULE_NAME, MODULE_PATH)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -87,6 +92,7 @@ def _module() -> ModuleType | None:
         warnings.warn(f"ms_aten: cannot load {MODULE_PATH} ({error}); PYNATIVE calls use the "
                       f"slower Custom route", RuntimeWarning, stacklevel=3)
         return None
+    sys.modules[MODULE_NAME] = module
     return module
 
 
@@ -98,7 +104,7 @@ def available() -> bool:
 class _OpState:
     """Per-op fast-path state: the forward and VJP kernels, and one Outputs per input signature."""
 
-    def __init__(self, module: ModuleType, op) -> None:
+    def __init__(self, module: ModuleType, op: AtenOp) -> None:
         binding = op.binding
         self.forward = module.Kernel(op.attrs["ms_aten_spec"], binding.name)
         # The same spec AtenVjp (grad.py) carries, without building that primitive.
@@ -107,12 +113,8 @@ class _OpState:
         self.module = module
         self.op = op
 
-    def outputs_for(self, flat: Sequence[Tensor], key: tuple):
-        """Output shapes and dtypes for inputs of signature `key`, inferred by op.infer."""
-        for x in flat:
-            if not isinstance(x, Tensor):
-                raise TypeError(f"ms_aten op '{self.op.binding.name}' takes MindSpore Tensors, "
-                                f"got {type(x).__name__}")
+    def outputs_for(self, key: tuple):
+        """The Outputs for inputs of signature `key` ((shape, dtype) each), from op.infer."""
         shapes, types = self.op.infer([list(s) for s, _ in key], [d for _, d in key])
         names = [dtypes.spec_name(dtypes.to_torch(t)) for t in types]
         single = len(shapes) == 1 and not self.op.binding.returns_list
@@ -120,18 +122,19 @@ class _OpState:
         return outputs
 
 
-def _state(op) -> _OpState:
+def _state(op: AtenOp) -> _OpState:
     state = getattr(op, STATE_ATTR, None)
     if state is None:
         module = _module()
         if module is None:
-            raise RuntimeError("ms_aten's fast-path module is not built (python -m ms_aten.fast_path)")
+            raise RuntimeError("ms_aten's fast-path module is not built "
+                               "(python -m ms_aten.fast_path)")
         state = _OpState(module, op)
         setattr(op, STATE_ATTR, state)  # kernels live as long as the op (and its pending calls)
     return state
 
 
-def call(op, *args: Tensor | Sequence[Tensor]):
+def call(op: AtenOp, *args: Tensor | Sequence[Tensor]) -> Tensor | tuple[Tensor, ...]:
     """op(*args) in PYNATIVE mode through the fast path: a Tensor, or a tuple of Tensors.
 
     op: an ms_aten.AtenOp; args: its call-time tensors, a Tensor[] argument as a tuple (as for
@@ -145,10 +148,15 @@ def call(op, *args: Tensor | Sequence[Tensor]):
             flat.extend(arg)
         else:
             flat.append(arg)
-    key = tuple((x.shape, x.dtype) for x in flat)
+    try:
+        key = tuple((x.shape, x.dtype) for x in flat)
+    except AttributeError:
+        kinds = ", ".join(type(x).__name__ for x in flat)
+        raise TypeError(f"ms_aten op '{op.binding.name}' takes MindSpore Tensors (a tuple of them "
+                        f"for a Tensor[]), got {kinds}") from None
     outputs = state.outputs.get(key)
     if outputs is None:
-        outputs = state.outputs_for(flat, key)
+        outputs = state.outputs_for(key)
     return state.module.run(state.forward, state.vjp, flat, outputs)
 
 

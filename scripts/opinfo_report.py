@@ -166,8 +166,8 @@ def _header(data: dict) -> list[str]:
         "",
         f"- Every OpInfo of `torch.testing._internal.common_methods_invocations.op_db` "
         f"({meta['opinfos']}) gives its float32 CPU sample inputs.",
-        "- Each sample's call runs under a TorchDispatchMode that records the ATen "
-        "OpOverloads it reaches. **In scope**: exactly one OpOverload call in total, which "
+        "- Each sample's call runs (autograd off) under a TorchDispatchMode that records the "
+        "ATen OpOverloads it reaches. **In scope**: exactly one OpOverload call in total, which "
         "writes none of its inputs and returns only `Tensor`/`Tensor[]` (see the docstring "
         "of `tests/opinfo_oracle.py`).",
         "- The recorded call is split by its schema (Tensor-typed arguments are call-time "
@@ -250,11 +250,12 @@ def _failures_section(kind: str, checks: tuple[str, ...], checked: list[dict]) -
 
 
 def main() -> None:
+    global oracle
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="OpInfo keys to sweep (default: all)")
-    parser.add_argument("--cap", type=int, default=oracle.DEFAULT_CAP,
-                        help="in-scope samples checked per OpInfo (0: all)")
-    parser.add_argument("--timeout", type=float, default=oracle.DEFAULT_SAMPLE_TIMEOUT,
+    parser.add_argument("--cap", type=int, default=20,
+                        help="in-scope samples checked per OpInfo (0: all; default 20)")
+    parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds without progress before a sample counts as hung")
     parser.add_argument("--render", action="store_true", help="only re-render the markdown")
     parser.add_argument("--out", type=Path, default=DOCS / "opinfo",
@@ -262,8 +263,7 @@ def main() -> None:
     args = parser.parse_args()
     json_path, md_path = args.out.with_suffix(".json"), args.out.with_suffix(".md")
     version = "" if args.render else snapshot_ms_aten()
-    global oracle
-    oracle = importlib.import_module("opinfo_oracle")
+    oracle = importlib.import_module("opinfo_oracle")  # imports ms_aten: after the snapshot
     if args.render:
         data = json.loads(json_path.read_text())
     else:

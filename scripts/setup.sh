@@ -35,8 +35,13 @@ build_want=$( (cat setup.py csrc/*.h csrc/*.cpp; "$PY" -c "import torch; print(t
 if [ "$(cat "$build_stamp" 2>/dev/null)" != "$build_want" ] || [ ! -f ms_aten/libms_aten.so ]; then
   echo "[setup] building ms_aten (libms_aten.so)"
   start=$(date +%s)
-  # No build isolation: the library's rpath must point at the torch in this venv.
-  MAX_JOBS=${MAX_JOBS:-2} "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
+  if "$PY" -m pip show --quiet ms_aten >/dev/null 2>&1 && [ -d build ]; then
+    # Installed (editable) already: rebuild in place; ninja recompiles only what changed.
+    MAX_JOBS=${MAX_JOBS:-2} "$PY" setup.py --quiet build_ext --inplace
+  else
+    # No build isolation: the library's rpath must point at the torch in this venv.
+    MAX_JOBS=${MAX_JOBS:-2} "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
+  fi
   echo "$build_want" > "$build_stamp"
   echo "[setup] ms_aten built in $(( $(date +%s) - start )) s"
 fi

@@ -3,7 +3,8 @@
 The oracle walks PyTorch's OpInfo database (`common_methods_invocations.op_db`), takes each
 OpInfo's float32 CPU sample inputs and finds out which ATen op each sample reaches, by running
 `opinfo.op(sample.input, *sample.args, **sample.kwargs)` under a TorchDispatchMode that records
-every OpOverload dispatched to it.
+every OpOverload dispatched to it, with autograd off (torch.no_grad) so that autograd's own
+bookkeeping (the aten::detach of a saved output) is not recorded.
 
 Scope criterion (exact): a sample is in scope when, while its call runs, the recording mode
 sees exactly one OpOverload call in total, that overload does not write its inputs (its schema
@@ -61,7 +62,7 @@ ms.set_device("CPU")
 MAX_ELEMENTS = 1_000_000
 SEED = 0
 DEFAULT_CAP = 20  # in-scope samples checked per OpInfo by a sweep (0: all)
-DEFAULT_SAMPLE_TIMEOUT = 120.0  # seconds a sweep waits for one sample before giving up on it
+DEFAULT_SAMPLE_TIMEOUT = 120.0  # seconds a sweep waits for progress before giving up on a sample
 
 PASS, MISMATCH, ERROR, SKIPPED = "pass", "fail-mismatch", "fail-error", "skipped"
 MODES = {"pynative": ms.PYNATIVE_MODE, "graph": ms.GRAPH_MODE}
@@ -172,7 +173,7 @@ def record_sample(info: OpInfo, sample) -> tuple[list[RecordedCall], str | None]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with recorder:
+            with torch.no_grad(), recorder:  # no autograd bookkeeping (detach) recorded
                 info.op(sample.input, *sample.args, **sample.kwargs)
     except Exception as error:  # noqa: BLE001  (any failure of torch itself)
         return [], f"the sample raises in torch ({describe(error)})"

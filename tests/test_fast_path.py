@@ -7,13 +7,12 @@ import mindspore as ms
 import pytest
 import torch
 import torch.nn.functional as F
+from mindspore import mint
 
 import ms_aten
 from common import set_mode, to_ms, to_torch
 from ms_aten import fast_path
 
-pytestmark = pytest.mark.skipif(not fast_path.available(),
-                                reason="fast-path module not built (python -m ms_aten.fast_path)")
 
 g = torch.Generator().manual_seed(7)
 
@@ -32,7 +31,8 @@ CASES = [
     ("cat", {"dim": 0}, ((X, randn(2, 4)),), lambda xs: torch.cat(xs, 0)),
     ("sum", {}, (X,), torch.sum),  # 0-dim output
     ("relu", {}, (randn(0, 3),), torch.relu),  # zero-size
-    ("add.Tensor", {}, (torch.arange(6).reshape(2, 3), torch.tensor(5)), torch.add),  # int64, 0-dim in
+    # int64, and a 0-dim input
+    ("add.Tensor", {}, (torch.arange(6).reshape(2, 3), torch.tensor(5)), torch.add),
     ("mul.Tensor", {}, (randn(5, dtype=torch.bfloat16), randn(5, dtype=torch.bfloat16)), torch.mul),
 ]
 IDS = [f"{name}-{i}" for i, (name, *_) in enumerate(CASES)]
@@ -43,8 +43,21 @@ def as_tuple(value) -> tuple:
 
 
 @pytest.fixture(autouse=True)
-def pynative():
+def pynative(request):
+    """PYNATIVE mode; a skip when the module is not built, except for the fallback tests."""
+    if "unbuilt" not in request.fixturenames and not fast_path.available():
+        pytest.skip("fast-path module not built (python -m ms_aten.fast_path)")
     set_mode("pynative")
+
+
+@pytest.fixture
+def unbuilt(monkeypatch, tmp_path):
+    """fast_path looks for its module in an empty directory."""
+    monkeypatch.setattr(fast_path, "MODULE_PATH", tmp_path / "missing.so")
+    monkeypatch.setattr(fast_path, "STAMP_PATH", tmp_path / "stamp.json")
+    fast_path._module.cache_clear()
+    yield tmp_path
+    fast_path._module.cache_clear()  # before monkeypatch restores the paths: re-read then
 
 
 @pytest.mark.parametrize("name, constants, inputs, reference", CASES, ids=IDS)
@@ -69,11 +82,25 @@ def test_repeated_calls_reuse_the_cached_outputs_per_signature():
     assert len(getattr(op, fast_path.STATE_ATTR).outputs) == 2
 
 
-def test_non_contiguous_input():
+def test_views_as_inputs():
     op = ms_aten.op("mul.Tensor")
     x = randn(3, 4)
-    view = to_ms(x).transpose(1, 0)  # a strided PyNative view: the runner makes it contiguous
-    torch.testing.assert_close(to_torch(fast_path.call(op, view, view)), x.t() * x.t())
+    transposed = to_ms(x).transpose(1, 0)  # strided: the fast path makes it contiguous first
+    torch.testing.assert_close(to_torch(fast_path.call(op, transposed, transposed)), x.t() * x.t())
+    rows, columns = to_ms(x)[1:], to_ms(x)[:, 1:3]  # a storage offset; offset and strides
+    torch.testing.assert_close(to_torch(fast_path.call(op, rows, rows)), x[1:] * x[1:])
+    torch.testing.assert_close(to_torch(fast_path.call(op, columns, columns)), x[:, 1:3] ** 2)
+
+
+def test_chained_with_native_ops_runs_in_queue_order():
+    # Each call reads what the previous one (fast path or native) wrote. The kernel must launch
+    # in MindSpore's device task, as native CPU kernels do, or it races with them.
+    relu, mul = ms_aten.op("relu"), ms_aten.op("mul.Tensor")
+    x = randn(1000)
+    xm = to_ms(x)
+    results = [fast_path.call(mul, mint.mul(fast_path.call(relu, xm), 2.0), xm) for _ in range(100)]
+    for result in results:
+        torch.testing.assert_close(to_torch(result), x.relu() * 2 * x)
 
 
 # ---- gradients --------------------------------------------------------------------------
@@ -84,7 +111,8 @@ GRAD_CASES = [
     ("max.dim", {"dim": 1}, (X,), lambda x: tuple(x.max(1))),
     ("cat", {"dim": 0}, ((X, randn(2, 4)),), lambda xs: torch.cat(xs, 0)),
     ("sum", {}, (X,), torch.sum),
-    ("gather", {"dim": 1}, (X, torch.tensor([[0, 2], [1, 3], [2, 0]])), lambda x, i: x.gather(1, i)),
+    ("gather", {"dim": 1}, (X, torch.tensor([[0, 2], [1, 3], [2, 0]])),
+     lambda x, i: x.gather(1, i)),
 ]
 
 
@@ -130,13 +158,17 @@ def test_gradient_matches_torch_autograd(name, constants, inputs, reference):
         torch.testing.assert_close(to_torch(actual), want, rtol=1e-5, atol=1e-5)
 
 
-def test_gradient_flows_through_a_chain_of_fast_path_ops():
+def test_gradient_flows_through_a_chain_of_fast_path_and_native_ops():
+    # Gradients pass from one backward kernel to the next and are summed where a tensor is used
+    # twice (t feeds relu and mul): every step reads the previous step's output.
     relu, mul = ms_aten.op("relu"), ms_aten.op("mul.Tensor")
-    x = randn(6)
-    got = ms.grad(lambda t: fast_path.call(mul, fast_path.call(relu, t), t).sum())(to_ms(x))
+    x = randn(1000)
+    grad = ms.grad(lambda t: fast_path.call(mul, mint.mul(fast_path.call(relu, t), 2.0), t).sum())
+    results = [grad(to_ms(x)) for _ in range(20)]
     leaf = x.clone().requires_grad_()
-    (want,) = torch.autograd.grad((leaf.relu() * leaf).sum(), leaf)
-    torch.testing.assert_close(to_torch(got), want)
+    (want,) = torch.autograd.grad((leaf.relu() * 2 * leaf).sum(), leaf)
+    for got in results:
+        torch.testing.assert_close(to_torch(got), want)
 
 
 # ---- errors -----------------------------------------------------------------------------
@@ -147,7 +179,8 @@ def assert_still_works() -> None:
 
 def test_kernel_error_reaches_python_and_the_next_call_runs():
     op = ms_aten.op("index.Tensor")
-    with pytest.raises(RuntimeError, match=r"ms_aten: aten::index\.Tensor.*index 5 is out of bounds"):
+    message = r"ms_aten: aten::index\.Tensor.*index 5 is out of bounds"
+    with pytest.raises(RuntimeError, match=message):
         # PYNATIVE launches asynchronously: the error surfaces at the next sync (asnumpy).
         fast_path.call(op, to_ms(X), (to_ms(torch.tensor([5])),)).asnumpy()
     assert_still_works()
@@ -170,7 +203,30 @@ def test_aten_shape_error_names_the_op():
     assert_still_works()
 
 
+def test_non_tensor_argument_is_a_type_error():
+    with pytest.raises(TypeError, match=r"'aten::relu' takes MindSpore Tensors.*got float"):
+        fast_path.call(ms_aten.op("relu"), 1.0)
+    assert_still_works()
+
+
 def test_wrong_tensor_count_is_a_type_error():
     with pytest.raises(TypeError, match=r"'aten::mm' takes 2 tensors \(self, mat2\), got 1"):
         fast_path.call(ms_aten.op("mm"), to_ms(X))
     assert_still_works()
+
+
+# ---- fallback -----------------------------------------------------------------------------
+
+def test_missing_module_is_silently_unavailable(unbuilt, recwarn):
+    assert not fast_path.available()
+    assert not recwarn.list
+    with pytest.raises(RuntimeError, match=r"not built"):
+        fast_path.call(ms_aten.op("relu"), to_ms(X))
+
+
+def test_module_built_for_another_mindspore_is_not_loaded(unbuilt, monkeypatch):
+    monkeypatch.setattr(fast_path, "MODULE_PATH", unbuilt / "present.so")
+    (unbuilt / "present.so").write_bytes(b"")
+    (unbuilt / "stamp.json").write_text('{"mindspore": "0.0.1"}')
+    with pytest.warns(RuntimeWarning, match=r"built for MindSpore 0\.0\.1"):
+        assert not fast_path.available()

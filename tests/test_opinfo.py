@@ -13,8 +13,18 @@ import opinfo_oracle as oracle
 
 # OpInfo key -> how many of its leading in-scope samples are checked.
 FORWARD = {
+    "add": 2, "sub": 1, "mul": 2, "div.no_rounding_mode": 1, "pow": 1, "clamp": 2, "where": 1,
+    "abs": 1, "exp": 1, "log": 1, "sqrt": 1, "sigmoid": 1, "tanh": 1, "nn.functional.relu": 1,
+    "nn.functional.gelu": 1, "nn.functional.leaky_relu": 1, "softmax": 2, "log_softmax": 1,
+    "sum": 2, "mean": 2, "amax": 1, "argmax": 1, "max.reduction_with_dim": 2, "cumsum": 1,
+    "sort": 2, "topk": 1, "mm": 1, "bmm": 1, "addmm": 2, "nn.functional.conv2d": 2,
+    "nn.functional.layer_norm": 1, "nn.functional.embedding": 1, "cat": 2, "stack": 1,
+    "transpose": 1, "permute": 1, "index_select": 1, "gather": 1, "masked_fill": 1,
 }
 GRADIENT = {
+    "add": 1, "mul": 1, "pow": 1, "clamp": 1, "sigmoid": 1, "tanh": 1, "nn.functional.gelu": 1,
+    "softmax": 1, "sum": 1, "mean": 1, "max.reduction_with_dim": 1, "sort": 1, "mm": 1,
+    "addmm": 1, "nn.functional.conv2d": 1, "nn.functional.layer_norm": 1, "cat": 1, "gather": 1,
 }
 
 

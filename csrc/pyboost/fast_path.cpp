@@ -10,7 +10,6 @@
 //   Outputs(shapes, dtypes, single)     the output tensors of one call: shapes, dtype names
 //   run(forward, vjp, inputs, outputs)  -> Tensor (single) or tuple of Tensors
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -134,6 +133,13 @@ class AtenRunner final : public ms::pynative::PyboostRunner {
       : PyboostRunner(kernel->name()), kernel_(std::move(kernel)) {}
   void LaunchKernel() override { kernel_->launch(inputs(), outputs()); }
 
+ protected:
+  // Launch inside the device task, right after the buffers are allocated. The default queues
+  // the launch on the separate launch thread, but MindSpore's native CPU kernels launch in the
+  // device task itself: a native op queued after this one could then read our outputs before
+  // they are written (and we its outputs), which tests/test_fast_path.py's chain tests caught.
+  void _DispatchLaunchTask() override { LaunchKernel(); }
+
  private:
   KernelPtr kernel_;
 };
@@ -196,7 +202,9 @@ struct AtenFunction {
     }
     for (const TensorPtr& g : grad_outputs) {
       // Materialized grads are the default (SetMaterializeGrads is never turned off).
-      if (g == nullptr) throw std::runtime_error("ms_aten: " + vjp->name() + ": missing output gradient");
+      if (g == nullptr) {
+        throw std::runtime_error("ms_aten: " + vjp->name() + ": missing output gradient");
+      }
       inputs.emplace_back(g);
     }
     return tensor_ptrs(launch(vjp, inputs, shapes, types));
@@ -209,7 +217,8 @@ struct AtenFunction {
 TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
                               const std::vector<ms::Tensor>& inputs, const Outputs& outputs) {
   const TensorPtrList input_ptrs = tensor_ptrs(inputs);
-  auto node = std::make_shared<autograd::CppFunctionNode<AtenFunction>>("ms_aten[" + forward->name() + "]");
+  auto node = std::make_shared<autograd::CppFunctionNode<AtenFunction>>(
+      "ms_aten[" + forward->name() + "]");
   for (const TensorPtr& x : input_ptrs) {
     x->set_need_pipeline_sync(true);
     node->is_tensor_input_.push_back(true);
@@ -288,8 +297,9 @@ PYBIND11_MODULE(MS_EXTENSION_NAME, m) {
       .def(py::init<const std::string&, std::string>(), py::arg("spec"), py::arg("name"))
       .def_property_readonly("name", &Kernel::name);
   py::class_<Outputs, std::shared_ptr<Outputs>>(m, "Outputs")
-      .def(py::init<const std::vector<mindspore::ShapeVector>&, const std::vector<std::string>&, bool>(),
+      .def(py::init<const std::vector<mindspore::ShapeVector>&, const std::vector<std::string>&,
+                    bool>(),
            py::arg("shapes"), py::arg("dtypes"), py::arg("single"));
   m.def("run", &ms_aten_fast::run, py::arg("forward"), py::arg("vjp"), py::arg("inputs"),
-        py::arg("outputs"), "Run `forward` on `inputs` (a list of Tensors); `vjp` is its backward.");
+        py::arg("outputs"), "Run `forward` on `inputs` (a list of Tensors), `vjp` as backward.");
 }

@@ -1,0 +1,31 @@
+"""How many intra-op threads ATen uses inside bridged kernels."""
+from __future__ import annotations
+
+import os
+
+from . import _lib
+
+ENV = "MS_ATEN_NUM_THREADS"
+
+
+def set_num_threads(n: int) -> None:
+    """Use n ATen threads in every bridged kernel launched from now on; 0 means ATen's default
+    (one per core). It applies in MindSpore's worker threads, which torch.set_num_threads,
+    a per-thread OpenMP setting there, does not reach."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"ms_aten.set_num_threads expects an int >= 0, got {n!r}")
+    _lib.library().ms_aten_set_num_threads(n)
+
+
+def get_num_threads() -> int:
+    """The configured count (0: ATen's default)."""
+    return _lib.library().ms_aten_get_num_threads()
+
+
+def configure_from_environment() -> None:
+    value = os.environ.get(ENV)
+    if value:
+        try:
+            set_num_threads(int(value))
+        except ValueError as error:
+            raise ValueError(f"{ENV}={value!r}: {error}") from None

@@ -7,22 +7,6 @@
 #include "kernel.h"
 
 namespace ms_aten {
-namespace {
-
-std::vector<at::Tensor> flatten_returns(const std::vector<c10::IValue>& stack) {
-  std::vector<at::Tensor> results;
-  for (const auto& value : stack) {
-    if (value.isTensor()) {
-      results.push_back(value.toTensor());
-    } else if (value.isTensorList()) {
-      for (const at::Tensor& t : value.toTensorVector()) results.push_back(t);
-    }
-  }
-  return results;
-}
-
-}  // namespace
-
 // The route: re-run the forward op under autograd on views of the saved inputs, then ask
 // autograd for the VJP. Recomputing costs one forward, but it covers every op the dispatcher
 // can differentiate, with the derivative formulas torch itself uses (explicit *_backward ops
@@ -50,7 +34,7 @@ void run_vjp(const OpCall& call, const std::vector<at::Tensor>& inputs,
 
   auto stack = call.stack(leaves, {});
   call.op().callBoxed(stack);
-  const auto results = flatten_returns(stack);
+  const auto results = returned_tensors(stack);
   if (n_in + results.size() != inputs.size()) {
     throw std::runtime_error(c10::str("the forward returned ", results.size(),
                                       " outputs, but the backward got ", inputs.size() - n_in,

@@ -87,11 +87,7 @@ void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t
   output.copy_(result);
 }
 
-void Kernel::run_call(const std::vector<at::Tensor>& inputs,
-                      const std::vector<at::Tensor>& outputs) const {
-  c10::InferenceMode guard;
-  auto stack = call_->stack(inputs, outputs);
-  call_->op().callBoxed(stack);
+std::vector<at::Tensor> returned_tensors(const std::vector<c10::IValue>& stack) {
   std::vector<at::Tensor> results;
   for (const auto& value : stack) {
     if (value.isTensor()) {
@@ -102,6 +98,15 @@ void Kernel::run_call(const std::vector<at::Tensor>& inputs,
       throw std::runtime_error(std::string("returned a ") + value.tagKind() + ", not tensors");
     }
   }
+  return results;
+}
+
+void Kernel::run_call(const std::vector<at::Tensor>& inputs,
+                      const std::vector<at::Tensor>& outputs) const {
+  c10::InferenceMode guard;
+  auto stack = call_->stack(inputs, outputs);
+  call_->op().callBoxed(stack);
+  const auto results = returned_tensors(stack);
   if (results.size() != outputs.size()) {
     throw std::runtime_error("returned " + std::to_string(results.size()) +
                              " tensors, MindSpore expects " + std::to_string(outputs.size()));

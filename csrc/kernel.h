@@ -42,6 +42,9 @@ class Kernel {
 void set_num_threads(int n);
 int num_threads();
 
+// The tensors a boxed call left on its stack, Tensor[] returns flattened; throws for others.
+std::vector<at::Tensor> returned_tensors(const std::vector<c10::IValue>& stack);
+
 // Writes `result` into MindSpore's output buffer after checking that shape and dtype agree
 // with what the Python side inferred; copy_ alone would broadcast or cast silently.
 void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t index);

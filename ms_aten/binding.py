@@ -7,6 +7,8 @@ from typing import Any
 from . import constants as consts
 from .schema import Schema, full_name
 
+SPEC_ATTR = "ms_aten_spec"  # the primitive attribute csrc/extra_abi0.cpp reads
+
 
 @dataclass(frozen=True)
 class TensorSlot:
@@ -69,9 +71,9 @@ class Binding:
             elif arg.name in self.constants:
                 tokens.append(consts.encode(arg, self.constants[arg.name]))
             elif consts.is_tensor_arg(arg):
-                kind_ = consts.tensor_kind(arg)
-                tokens.append({"Tensor[]": "T", "Tensor?[]": "Q"}.get(kind_, f"t{n_tensor}"))
-                n_tensor += kind_ not in ("Tensor[]", "Tensor?[]")
+                slot_kind = consts.tensor_kind(arg)
+                tokens.append({"Tensor[]": "T", "Tensor?[]": "Q"}.get(slot_kind, f"t{n_tensor}"))
+                n_tensor += slot_kind not in ("Tensor[]", "Tensor?[]")
             else:
                 tokens.append("D")
         return " ".join(tokens)

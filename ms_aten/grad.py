@@ -7,7 +7,7 @@ from typing import Callable
 from mindspore import ops
 
 from . import _lib
-from .binding import Binding
+from .binding import SPEC_ATTR, Binding
 from .infer import flatten_infer_args
 
 
@@ -26,7 +26,7 @@ class AtenVjp(ops.Custom):
         self.binding = binding
         super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
                          out_dtype=self._unused, func_type="aot")
-        self.add_prim_attr("ms_aten_spec", binding.spec("vjp"))
+        self.add_prim_attr(SPEC_ATTR, binding.spec("vjp"))
 
     def __infer__(self, *args: dict) -> dict:
         shapes, types = flatten_infer_args(args)

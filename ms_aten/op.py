@@ -7,12 +7,11 @@ from typing import Any
 from mindspore import ops
 
 from . import _lib
-from .binding import Binding
+from .binding import SPEC_ATTR, Binding
 from .grad import make_bprop
 from .infer import MetaInfer, flatten_infer_args, graph_mode
 from .schema import out_variant, resolve
 
-SPEC_ATTR = "ms_aten_spec"
 _uids = itertools.count()
 
 

@@ -1,12 +1,16 @@
 """PYNATIVE cost per call of one tiny op: ms_aten's fast path (a CustomOpBuilder module,
 ms_aten/fast_path.py) against the ops.Custom(aot) route and MindSpore's native ops, forward and
-under ms.grad. All in one process, 8-element float32 input, results checked against torch
-first; prints a markdown table of median (and min) microseconds per call.
+under ms.grad. All in one process, 8-element float32 input, results and gradients checked
+against torch first; prints a markdown table of medians in microseconds.
 
-    .venv/bin/python benchmarks/pynative_fast_path.py [--repeats N]
+    .venv/bin/python benchmarks/pynative_fast_path.py [--repeats N] [--chain K]
 
-Needs the fast-path module (python -m ms_aten.fast_path). Timing as in bench_timing.py:
-round-robin samples of back-to-back calls ending in one executor sync.
+Rows: a forward call; one ms.grad step of f(x).sum() (ms.grad's own work included); and what
+one more call adds inside ms.grad (its forward and backward), from a chain of K calls:
+(step(K) - step(1)) / (K - 1). Each sample is a run of back-to-back calls ended by one executor
+sync (as in bench_timing.py), taken round-robin over the routes, and is read twice: wall time,
+and CPU time of the whole process (all of MindSpore's threads), which a shared machine's load
+disturbs less. Needs the fast-path module (python -m ms_aten.fast_path).
 """
 from __future__ import annotations
 
@@ -15,8 +19,10 @@ import os
 os.environ.setdefault("GLOG_v", "3")  # MindSpore logs errors only; must precede its import
 
 import argparse  # noqa: E402
+import statistics  # noqa: E402
 import sys  # noqa: E402
-from typing import Callable  # noqa: E402
+import time  # noqa: E402
+from typing import Callable, Hashable  # noqa: E402
 
 import mindspore as ms  # noqa: E402
 import torch  # noqa: E402
@@ -24,7 +30,7 @@ import torch.nn.functional as F  # noqa: E402
 from mindspore import Tensor, mint, ops  # noqa: E402
 
 import ms_aten  # noqa: E402
-from bench_timing import TimingConfig, measure, ms_sync  # noqa: E402
+from bench_timing import TimingConfig, calibrate, ms_sync  # noqa: E402
 from ms_aten import fast_path  # noqa: E402
 
 SLOPE = 0.2
@@ -53,9 +59,42 @@ def check(name: str, got: Tensor, want: torch.Tensor) -> None:
     torch.testing.assert_close(torch.from_numpy(got.asnumpy()), want, msg=lambda m: f"{name}: {m}")
 
 
+def chain(forward: Callable, length: int) -> Callable:
+    """x -> forward applied `length` times, summed: one ms.grad step of that many calls."""
+    def loss(x):
+        for _ in range(length):
+            x = forward(x)
+        return x.sum()
+    return loss
+
+
+def measure(calls: dict[Hashable, Callable[[], object]],
+            config: TimingConfig) -> dict[Hashable, tuple[float, float]]:
+    """Median (wall, process CPU) microseconds per call; bench_timing.measure's sampling."""
+    inner = {}
+    for key, call in calls.items():
+        for _ in range(config.warmup):
+            call()
+        ms_sync()
+        inner[key] = calibrate(call, ms_sync, config)
+    samples: dict[Hashable, list[tuple[float, float]]] = {key: [] for key in calls}
+    for _ in range(config.repeats):
+        for key, call in calls.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in range(inner[key]):
+                call()
+            ms_sync()
+            samples[key].append(((time.perf_counter() - wall) / inner[key],
+                                 (time.process_time() - cpu) / inner[key]))
+    return {key: (statistics.median(w for w, _ in values) * 1e6,
+                  statistics.median(c for _, c in values) * 1e6)
+            for key, values in samples.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=15, help="samples per call (default 15)")
+    parser.add_argument("--repeats", type=int, default=11, help="samples per cell (default 11)")
+    parser.add_argument("--chain", type=int, default=17, help="calls in the long grad chain")
     args = parser.parse_args()
     if not fast_path.available():
         print("the fast-path module is not built: python -m ms_aten.fast_path", file=sys.stderr)
@@ -65,26 +104,30 @@ def main() -> int:
 
     x_torch = torch.linspace(-2, 2, 8)
     x = Tensor(x_torch.numpy())
-    calls: dict[str, tuple[Callable[[], object], Callable[[], None]]] = {}
+    calls: dict[tuple[str, str], Callable[[], object]] = {}
+    names = []
     for name, (forward, reference) in routes().items():
+        names.append(name)
         check(name, forward(x), reference(x_torch))
         leaf = x_torch.clone().requires_grad_()
-        (want_grad,) = torch.autograd.grad(reference(leaf).sum(), leaf)
-        grad_fn = ms.grad(lambda t, f=forward: f(t).sum())
-        check(f"{name} (grad)", grad_fn(x), want_grad)
-        calls[name] = (lambda f=forward: f(x), ms_sync)
-        calls[f"{name} + ms.grad"] = (lambda g=grad_fn: g(x), ms_sync)
+        (want_grad,) = torch.autograd.grad(chain(reference, args.chain)(leaf), leaf)
+        grads = {n: ms.grad(chain(forward, n)) for n in (1, args.chain)}
+        check(f"{name} (grad)", grads[args.chain](x), want_grad)
+        calls[name, "forward"] = lambda f=forward: f(x)
+        for n, grad in grads.items():
+            calls[name, f"grad{n}"] = lambda g=grad: g(x)
 
-    config = TimingConfig(warmup=200, repeats=args.repeats, target_s=0.05)
-    timings = measure(calls, config)
-    print("| PYNATIVE call, 8 x float32 | median us/call | min us/call |")
-    print("|---|---:|---:|")
-    for grad in (False, True):
-        for name, timing in timings.items():
-            if name.endswith("+ ms.grad") == grad:
-                print(f"| {name} | {timing.median_us:.1f} | {timing.min_us:.1f} |")
-    print(f"\n(forward + grad rows: ms.grad of f(x).sum(), the .sum() and ms.grad's own work "
-          f"included; {args.repeats} samples each, machine load affects absolute numbers)")
+    timings = measure(calls, TimingConfig(warmup=20, repeats=args.repeats, target_s=0.05))
+    print(f"| PYNATIVE, 8 x float32: median us, wall / CPU | forward call | ms.grad step, "
+          f"1 call | each call inside ms.grad (chain of {args.chain}) |")
+    print("|---|---:|---:|---:|")
+    for name in names:
+        row = [timings[name, "forward"]]
+        one, many = timings[name, "grad1"], timings[name, f"grad{args.chain}"]
+        row += [one, tuple((m - o) / (args.chain - 1) for m, o in zip(many, one))]
+        print(f"| {name} | " + " | ".join(f"{wall:.0f} / {cpu:.0f}" for wall, cpu in row) + " |")
+    print(f"\n({args.repeats} samples per cell; CPU = the whole process, all threads; "
+          f"ops.leaky_relu is a Python composite of 3 native ops)")
     return 0
 
 

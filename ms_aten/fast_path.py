@@ -12,7 +12,8 @@ using the Custom route; when it exists but cannot be loaded, a warning says why,
 from __future__ import annotations
 
 import importlib.util
-import json
+import os
+import shutil
 import sys
 import time
 import warnings
@@ -34,17 +35,15 @@ MODULE_NAME = "ms_aten_fast_path"
 SOURCE = PACKAGE_DIR.parent / "csrc" / "pyboost" / "fast_path.cpp"
 BUILD_DIR = PACKAGE_DIR / "_fast_path_build"
 MODULE_PATH = BUILD_DIR / f"{MODULE_NAME}.so"
-# Written next to the module by build(): the module binds to MindSpore's C++ internals, so it
-# is only loaded under the MindSpore version it was compiled against.
-STAMP_PATH = BUILD_DIR / "stamp.json"
 STATE_ATTR = "_ms_aten_fast_path"
 
 
 def build() -> Path:
     """Compile the fast-path module into BUILD_DIR (a few minutes); returns the .so path.
 
-    Meant for install time (setup.py, scripts/setup.sh). Raises RuntimeError with the
-    compiler's output when the build fails.
+    Meant for install time (setup.py, scripts/setup.sh); a process that already loaded the
+    module keeps the old one. Raises RuntimeError with the compiler's output when the build
+    fails.
     """
     from mindspore.ops import CustomOpBuilder
 
@@ -60,39 +59,46 @@ def build() -> Path:
         # quotes keep the shell from expanding $ORIGIN). mindspore_common holds GradState,
         # which CustomOpBuilder does not link by default.
         ldflags=f"-L{PACKAGE_DIR} -lms_aten -Wl,-rpath,'$$ORIGIN/..' -lmindspore_common",
+        # The module binds to MindSpore's C++ internals: it records the version it was built
+        # against (a bare pp-number the source stringizes), and _module() refuses any other.
+        cflags=f"-DMS_ATEN_MINDSPORE_VERSION={ms.__version__}",
         build_dir=str(BUILD_DIR),
     )
-    path = Path(builder.build())
-    STAMP_PATH.write_text(json.dumps({"mindspore": ms.__version__}))
+    # CustomOpBuilder runs `ninja` from PATH; pip installs it next to this interpreter, which
+    # an unactivated venv does not put on PATH.
+    saved_path = os.environ.get("PATH", "")
+    if shutil.which("ninja") is None:
+        os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), saved_path])
+    try:
+        path = Path(builder.build())
+    finally:
+        os.environ["PATH"] = saved_path
     _module.cache_clear()
     return path
 
 
 @lru_cache(maxsize=None)
 def _module() -> ModuleType | None:
-    """The loaded fast-path module, or None (missing: silently; unloadable: with a warning)."""
+    """The loaded fast-path module, or None (missing: silently; unusable: with a warning)."""
     if not MODULE_PATH.is_file():
         return None
-    try:
-        built_for = json.loads(STAMP_PATH.read_text())["mindspore"]
-    except (OSError, ValueError, KeyError):
-        built_for = None
-    if built_for != ms.__version__:
-        warnings.warn(f"ms_aten: {MODULE_PATH} was built for MindSpore {built_for}, not "
-                      f"{ms.__version__}; PYNATIVE calls use the slower Custom route until "
-                      f"`python -m ms_aten.fast_path` rebuilds it", RuntimeWarning, stacklevel=3)
+    module = sys.modules.get(MODULE_NAME)  # an extension module initializes once per process
+    if module is None:
+        spec = importlib.util.spec_from_file_location(MODULE_NAME, MODULE_PATH)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except ImportError as error:
+            warnings.warn(f"ms_aten: cannot load {MODULE_PATH} ({error}); PYNATIVE calls use "
+                          f"the slower Custom route", RuntimeWarning, stacklevel=3)
+            return None
+        sys.modules[MODULE_NAME] = module
+    if module.mindspore_version != ms.__version__:
+        warnings.warn(f"ms_aten: {MODULE_PATH} was built for MindSpore "
+                      f"{module.mindspore_version}, not {ms.__version__}; PYNATIVE calls use the "
+                      f"slower Custom route until `python -m ms_aten.fast_path` rebuilds it",
+                      RuntimeWarning, stacklevel=3)
         return None
-    if MODULE_NAME in sys.modules:  # an extension module initializes once per process
-        return sys.modules[MODULE_NAME]
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, MODULE_PATH)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except ImportError as error:
-        warnings.warn(f"ms_aten: cannot load {MODULE_PATH} ({error}); PYNATIVE calls use the "
-                      f"slower Custom route", RuntimeWarning, stacklevel=3)
-        return None
-    sys.modules[MODULE_NAME] = module
     return module
 
 
@@ -109,16 +115,23 @@ class _OpState:
         self.forward = module.Kernel(op.attrs["ms_aten_spec"], binding.name)
         # The same spec AtenVjp (grad.py) carries, without building that primitive.
         self.vjp = module.Kernel(binding.spec("vjp"), f"{binding.name} (backward)")
+        self.has_list = binding.list_position is not None
+        # Signature -> Outputs; a signature holds id(dtype) (see call), and dtypes_seen keeps
+        # those dtype objects alive so that no id is ever reused for another dtype.
         self.outputs: dict[tuple, Any] = {}
+        self.dtypes_seen: set = set()
         self.module = module
         self.op = op
 
-    def outputs_for(self, key: tuple):
-        """The Outputs for inputs of signature `key` ((shape, dtype) each), from op.infer."""
-        shapes, types = self.op.infer([list(s) for s, _ in key], [d for _, d in key])
-        names = [dtypes.spec_name(dtypes.to_torch(t)) for t in types]
+    def outputs_for(self, flat: Sequence[Tensor], key: tuple):
+        """The Outputs for `flat` (signature `key`), from op.infer; cached under `key`."""
+        types = [x.dtype for x in flat]
+        shapes, out_types = self.op.infer([list(shape) for shape, _ in key], types)
+        names = [dtypes.spec_name(dtypes.to_torch(t)) for t in out_types]
         single = len(shapes) == 1 and not self.op.binding.returns_list
-        outputs = self.outputs[key] = self.module.Outputs(shapes, names, single)
+        outputs = self.module.Outputs(shapes, names, single)
+        self.dtypes_seen.update(types)
+        self.outputs[key] = outputs
         return outputs
 
 
@@ -142,21 +155,24 @@ def call(op: AtenOp, *args: Tensor | Sequence[Tensor]) -> Tensor | tuple[Tensor,
     RuntimeError naming the op, at the next sync point (PYNATIVE launches asynchronously).
     """
     state = _state(op)
-    flat: list[Tensor] = []
-    for arg in args:
-        if isinstance(arg, (tuple, list)):
-            flat.extend(arg)
-        else:
-            flat.append(arg)
+    flat = args
+    if state.has_list:
+        flat = []
+        for arg in args:
+            if isinstance(arg, (tuple, list)):
+                flat.extend(arg)
+            else:
+                flat.append(arg)
     try:
-        key = tuple((x.shape, x.dtype) for x in flat)
+        # Hashing a MindSpore dtype costs ~1 us, its id almost nothing (see dtypes_seen).
+        key = tuple([(x.shape, id(x.dtype)) for x in flat])
     except AttributeError:
         kinds = ", ".join(type(x).__name__ for x in flat)
         raise TypeError(f"ms_aten op '{op.binding.name}' takes MindSpore Tensors (a tuple of them "
                         f"for a Tensor[]), got {kinds}") from None
     outputs = state.outputs.get(key)
     if outputs is None:
-        outputs = state.outputs_for(key)
+        outputs = state.outputs_for(flat, key)
     return state.module.run(state.forward, state.vjp, flat, outputs)
 
 

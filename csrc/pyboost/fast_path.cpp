@@ -6,6 +6,7 @@
 // bridge_abi.h (pointers, ints and C strings), never through std::string or torch types.
 //
 // Python API (module built as ms_aten_fast_path):
+//   mindspore_version: str              the MindSpore it was compiled against
 //   Kernel(spec: str, name: str)        one libms_aten kernel (forward or VJP spec)
 //   Outputs(shapes, dtypes, single)     the output tensors of one call: shapes, dtype names
 //   run(forward, vjp, inputs, outputs)  -> Tensor (single) or tuple of Tensors
@@ -74,9 +75,9 @@ class Kernel {
 
   const std::string& name() const { return name_; }
 
-  // Runs on MindSpore's launch thread with every buffer allocated. Throws std::runtime_error
-  // with libms_aten's message ("ms_aten: <op>: <reason>"); MindSpore re-raises it in Python at
-  // the next sync point, as it does for its own kernels.
+  // Runs in MindSpore's device task (see AtenRunner) once every buffer is allocated. Throws
+  // std::runtime_error with libms_aten's message ("ms_aten: <op>: <reason>"); MindSpore
+  // re-raises it in Python at the next sync point, as it does for its own kernels.
   void launch(const std::vector<ms::Tensor>& inputs, const std::vector<ms::Tensor>& outputs) const {
     const size_t n = inputs.size() + outputs.size();
     std::vector<void*> params;
@@ -192,6 +193,13 @@ struct AtenFunction {
   static TensorPtrList Backward(autograd::AutogradContext* ctx, TensorPtrList grad_outputs) {
     const TensorPtrList saved = ctx->GetSavedTensors();
     const auto& vjp = ctx->saved_data.at(kVjpKey)->cast_ptr<KernelValue>()->kernel();
+    // MindSpore records a backward only when it is differentiated again (grad of grad). The
+    // VJP kernel has no backward of its own, so that would silently give zeros: refuse.
+    if (mindspore::pynative::GradState::Get().RequiresGrad()) {
+      throw std::runtime_error("ms_aten: " + vjp->name() +
+                               ": higher-order gradients (a gradient of a gradient) are not "
+                               "supported");
+    }
     std::vector<ms::Tensor> inputs;
     std::vector<mindspore::ShapeVector> shapes;
     std::vector<TypeId> types;
@@ -293,6 +301,10 @@ PYBIND11_MODULE(MS_EXTENSION_NAME, m) {
   using ms_aten_fast::Kernel;
   using ms_aten_fast::Outputs;
   m.doc() = "ms_aten's PYNATIVE fast path (see csrc/pyboost/fast_path.cpp)";
+  // ms_aten/fast_path.py passes -DMS_ATEN_MINDSPORE_VERSION=<mindspore.__version__>.
+#define MS_ATEN_STRINGIZE(x) MS_ATEN_STRINGIZE_(x)
+#define MS_ATEN_STRINGIZE_(x) #x
+  m.attr("mindspore_version") = MS_ATEN_STRINGIZE(MS_ATEN_MINDSPORE_VERSION);
   py::class_<Kernel, std::shared_ptr<Kernel>>(m, "Kernel")
       .def(py::init<const std::string&, std::string>(), py::arg("spec"), py::arg("name"))
       .def_property_readonly("name", &Kernel::name);

@@ -6,7 +6,7 @@ from typing import Any
 
 from mindspore import ops
 
-from . import _lib
+from . import _lib, fast_path
 from .binding import SPEC_ATTR, Binding
 from .grad import make_bprop
 from .infer import MetaInfer, flatten_infer_args, graph_mode
@@ -27,6 +27,17 @@ class AtenOp(ops.Custom):
         # MindSpore's PyNative kernel cache keys on func and attributes; a per-object id keeps
         # two ops from sharing a kernel they must not share.
         self.add_prim_attr("ms_aten_uid", next(_uids))
+
+    def __call__(self, *args):
+        # PYNATIVE on CPU: the pyboost fast path (ms_aten/fast_path.py), about 20x cheaper per
+        # call than Custom's launch. GRAPH mode never calls __call__ (the op is a primitive
+        # there), so it stays on the AOT kernel.
+        if not graph_mode() and self._target() == "CPU" and fast_path.available():
+            return fast_path.call(self, *args)
+        return super().__call__(*args)
+
+    def _target(self) -> str:
+        return self.attrs.get("primitive_target") or _lib.current_target()
 
     def __infer__(self, *args: dict) -> dict:
         # One meta run gives shapes and dtypes together (Custom would infer them apart).

@@ -30,7 +30,8 @@ fi
 
 # Rebuild when any C++ source, the build script or the torch version changed.
 build_stamp="$VENV/.ms_aten_build"
-build_want=$( (cat setup.py csrc/*.h csrc/*.cpp; "$PY" -c "import torch; print(torch.__version__)") \
+build_want=$( (cat setup.py csrc/*.h csrc/*.cpp csrc/*/*.cpp ms_aten/fast_path.py; \
+  "$PY" -c "import torch; print(torch.__version__)") \
   | sha1sum | cut -d' ' -f1)
 if [ "$(cat "$build_stamp" 2>/dev/null)" != "$build_want" ] || [ ! -f ms_aten/libms_aten.so ]; then
   echo "[setup] building ms_aten (libms_aten.so)"
@@ -42,6 +43,10 @@ if [ "$(cat "$build_stamp" 2>/dev/null)" != "$build_want" ] || [ ! -f ms_aten/li
     # No build isolation: the library's rpath must point at the torch in this venv.
     MAX_JOBS=${MAX_JOBS:-2} "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
   fi
+  # The PYNATIVE fast path: a MindSpore CustomOpBuilder module over libms_aten.so. A build
+  # killed half-way leaves a lock that would make the next one wait forever.
+  rm -f ms_aten/_fast_path_build/build.lock
+  "$PY" -m ms_aten.fast_path
   echo "$build_want" > "$build_stamp"
   echo "[setup] ms_aten built in $(( $(date +%s) - start )) s"
 fi

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from . import constants as consts
@@ -47,11 +48,11 @@ class Binding:
     def name(self) -> str:
         return full_name(self.schema)
 
-    @property
+    @cached_property
     def list_position(self) -> int | None:
         return next((i for i, s in enumerate(self.slots) if s.is_list), None)
 
-    @property
+    @cached_property  # read on every call's inference
     def returns_list(self) -> bool:
         return any(str(r.type) == "List[Tensor]" for r in self.schema.returns)
 

@@ -65,7 +65,7 @@ class MetaInfer:
         self.cache: dict[tuple, tuple[list[Shape], list[Any]]] = {}
 
     def __call__(self, shapes: Sequence[Shape], ms_dtypes: Sequence[Any]):
-        key = (tuple(map(tuple, shapes)), tuple(map(str, ms_dtypes)))
+        key = (tuple(map(tuple, shapes)), tuple(ms_dtypes))  # MindSpore dtypes hash by value
         hit = self.cache.get(key)
         if hit is None:
             hit = self.cache[key] = self._infer(shapes, ms_dtypes)

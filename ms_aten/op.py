@@ -42,7 +42,7 @@ class AtenOp(ops.Custom):
     def __infer__(self, *args: dict) -> dict:
         # One meta run gives shapes and dtypes together (Custom would infer them apart).
         shapes, types = flatten_infer_args(args)
-        if graph_mode():
+        if len(shapes) != len(args) and graph_mode():  # a tuple input, and GRAPH mode
             self._check_list_dtypes(args)
         out_shapes, out_dtypes = self.infer(shapes, types)
         if len(out_shapes) == 1 and not self.binding.returns_list:

@@ -33,7 +33,7 @@ import ms_aten  # noqa: E402
 from bench_ops import by_name  # noqa: E402
 from bench_report import Report, write  # noqa: E402
 from bench_routes import MS_ATEN, NATIVE, PYNATIVE, SEED_AOT  # noqa: E402
-from bench_runner import CaseResult, in_mode, is_family, run_case, run_chain  # noqa: E402
+from bench_runner import OK, CaseResult, in_mode, is_family, run_case, run_chain  # noqa: E402
 from bench_timing import TimingConfig  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -119,7 +119,7 @@ _STARTED = time.perf_counter()
 def summary(result: CaseResult) -> str:
     parts = [f"ATen {result.aten_out_us:.1f}"]
     for route in result.routes:
-        shown = f"{route.median_us:.1f}" if route.status == "ok" else route.status
+        shown = f"{route.median_us:.1f}" if route.status == OK else route.status
         parts.append(f"{route.family}:{route.impl.split('(')[0]}/{route.mode} {shown}")
     label = f"chain{result.chain_length}" if result.chain_length else result.size
     elapsed = time.perf_counter() - _STARTED
@@ -129,6 +129,9 @@ def summary(result: CaseResult) -> str:
 
 def report_progress(result: CaseResult) -> CaseResult:
     print(summary(result), flush=True)
+    for route in result.routes:
+        if route.status != OK:
+            print(f"    {route.status}: {route.impl} {route.mode}: {route.note}", flush=True)
     return result
 
 
@@ -168,7 +171,9 @@ def run_dispatcher(plan: Plan, seed_aot: Path | None) -> list[CaseResult]:
 
 def metadata(plan: Plan, quick: bool, note: str, seed_note: str, load_start: tuple,
              started: float) -> dict:
-    rounded = lambda load: tuple(round(x, 2) for x in load)  # noqa: E731
+    def rounded(load: tuple) -> tuple:
+        return tuple(round(x, 2) for x in load)
+
     return {
         "quick": quick,
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),

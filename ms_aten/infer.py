@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import mindspore as ms
+from mindspore import context
 import torch
 from mindspore.common import dtype as mstype
 
@@ -96,4 +97,6 @@ class MetaInfer:
 
 
 def graph_mode() -> bool:
-    return ms.get_context("mode") == ms.GRAPH_MODE
+    # context._get_mode reads the same setting as ms.get_context("mode") in ~1 µs instead of
+    # ~30 µs; it runs on every PYNATIVE call.
+    return context._get_mode() == ms.GRAPH_MODE

@@ -21,7 +21,8 @@ class AtenOp(ops.Custom):
     def __init__(self, binding: Binding, spec: str, infer: MetaInfer, bprop=None):
         self.binding = binding
         self.infer = infer
-        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._shapes,
+        self.device_target = _lib.current_target()  # retarget() changes it
+        super().__init__(_lib.kernel(self.device_target), out_shape=self._shapes,
                          out_dtype=self._dtypes, func_type="aot", bprop=bprop)
         self.add_prim_attr(SPEC_ATTR, spec)
         # MindSpore's PyNative kernel cache keys on func and attributes; a per-object id keeps
@@ -32,12 +33,9 @@ class AtenOp(ops.Custom):
         # PYNATIVE on CPU: the pyboost fast path (ms_aten/fast_path.py), about 20x cheaper per
         # call than Custom's launch. GRAPH mode never calls __call__ (the op is a primitive
         # there), so it stays on the AOT kernel.
-        if not graph_mode() and self._target() == "CPU" and fast_path.available():
+        if self.device_target == "CPU" and not graph_mode() and fast_path.available():
             return fast_path.call(self, *args)
         return super().__call__(*args)
-
-    def _target(self) -> str:
-        return self.attrs.get("primitive_target") or _lib.current_target()
 
     def __infer__(self, *args: dict) -> dict:
         # One meta run gives shapes and dtypes together (Custom would infer them apart).
@@ -78,6 +76,7 @@ def retarget(custom: ops.Custom, device_target: str) -> None:
     custom.func = custom.func_name = func
     custom.add_prim_attr("func_name", func)
     custom.add_prim_attr("uniq_name", custom.uniq_name)
+    custom.device_target = device_target
 
 
 def op(name: str, **constants: Any) -> AtenOp:

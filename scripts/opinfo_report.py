@@ -7,7 +7,7 @@
 The measurement itself (scope criterion, comparison, gradient check) is tests/opinfo_oracle.py;
 this script runs it in a worker process over every OpInfo, saves every sample's outcome as json
 after each OpInfo, and summarizes them as markdown. ms_aten is worked on while sweeps run, so a
-sweep first copies the ms_aten package to a temporary directory and measures that copy.
+sweep first copies the ms_aten package and the oracle to a temporary directory and runs those.
 """
 from __future__ import annotations
 
@@ -28,17 +28,18 @@ from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-sys.path.insert(0, str(ROOT / "tests"))
 
 oracle: ModuleType  # tests/opinfo_oracle.py, imported by main() once ms_aten is in place
 
 
-def snapshot_ms_aten() -> str:
-    """Copies the ms_aten package to a temporary directory first on sys.path (which the sweep's
-    worker processes inherit); returns a short hash of the copied files."""
-    target = Path(tempfile.mkdtemp(prefix="ms_aten_snapshot_")) / "ms_aten"
-    shutil.copytree(ROOT / "ms_aten", target, ignore=shutil.ignore_patterns("__pycache__"))
-    sys.path.insert(0, str(target.parent))
+def snapshot(target: Path) -> str:
+    """Copies the ms_aten package and the oracle module into `target`, first on sys.path
+    (which the sweep's worker processes inherit); returns a short hash of the copied files.
+    Both are edited while sweeps run; a sweep measures one version of each."""
+    shutil.copytree(ROOT / "ms_aten", target / "ms_aten",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "tests" / "opinfo_oracle.py", target)
+    sys.path.insert(0, str(target))
     digest = hashlib.sha1()
     for path in sorted(p for p in target.rglob("*") if p.is_file()):
         digest.update(path.relative_to(target).as_posix().encode() + path.read_bytes())
@@ -57,34 +58,41 @@ def smoke_test() -> None:
 # Running
 
 
-def run_sweep(keys: list[str], cap: int, timeout: float, json_path: Path, version: str) -> dict:
-    """Sweeps `keys`, saving the json after each OpInfo; returns the saved data."""
-    data = {"meta": _meta(cap, timeout, version), "opinfos_skipped": [], "samples": []}
+def run_sweep(keys: list[str], cap: int, timeout: float, json_path: Path, data: dict,
+              record: dict) -> None:
+    """Sweeps `keys` into `data`, replacing what it held for them and saving the json after
+    each OpInfo; the sweep's duration goes to `record` (the meta, or an update's entry)."""
+    swept = set(keys)
+    data["opinfos_skipped"] = [s for s in data["opinfos_skipped"] if s["opinfo"] not in swept]
+    data["samples"] = [s for s in data["samples"] if s["opinfo"] not in swept]
     started = time.time()
     current, done = None, 0
     for item in oracle.sweep(keys, cap=cap, sample_timeout=timeout):
         if item.opinfo != current:
             if current is not None:
                 done += 1
-                _save(data, started, json_path)
+                _save(data, json_path)
             current = item.opinfo
             print(f"[{done + 1}/{len(keys)} {time.time() - started:7.0f}s] {current}", flush=True)
         if isinstance(item, oracle.OpInfoSkipped):
             data["opinfos_skipped"].append(asdict(item))
         else:
             data["samples"].append(_sample_json(item))
-    _save(data, started, json_path)
-    return data
+        record["duration_s"] = round(time.time() - started)
+    _save(data, json_path)
 
 
 def _meta(cap: int, timeout: float, version: str) -> dict:
     import mindspore
     import torch
     return {"torch": torch.__version__, "mindspore": mindspore.__version__,
-            "ms_aten_files_sha1": version,
-            "opinfos": len(oracle.opinfos()), "cap": cap, "sample_timeout_s": timeout,
-            "max_elements": oracle.MAX_ELEMENTS,
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+            "snapshot_sha1": version, "opinfos": len(oracle.opinfos()), "cap": cap,
+            "sample_timeout_s": timeout, "max_elements": oracle.MAX_ELEMENTS, "date": _now(),
+            "duration_s": 0, "updates": []}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _sample_json(result: oracle.SampleResult) -> dict:
@@ -93,8 +101,7 @@ def _sample_json(result: oracle.SampleResult) -> dict:
     return record
 
 
-def _save(data: dict, started: float, path: Path) -> None:
-    data["meta"]["duration_s"] = round(time.time() - started)
+def _save(data: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
 
@@ -110,6 +117,8 @@ def scope_category(reason: str) -> str:
                           ("its op writes", "its one op writes its inputs"),
                           ("its op returns", "its one op returns non-tensors"),
                           ("the sample raises", "the sample raises in torch"),
+                          ("it raises in torch", "the op raises in torch on compact copies"),
+                          ("it passes a sparse", "a sparse tensor argument"),
                           ("over the cap", "over the per-OpInfo cap (not checked)"),
                           ("over ", "too large")):
         if reason.startswith(prefix):
@@ -158,9 +167,11 @@ def _header(data: dict) -> list[str]:
         "# ATen coverage of ms_aten, measured with PyTorch's OpInfo database",
         "",
         f"Generated by `scripts/opinfo_report.py` on {meta['date']} (torch {meta['torch']}, "
-        f"MindSpore {meta['mindspore']}, CPU; a copy of ms_aten taken at the start, files sha1 "
-        f"`{meta['ms_aten_files_sha1']}`; sweep time {meta['duration_s'] / 60:.0f} min). "
+        f"MindSpore {meta['mindspore']}, CPU; a copy of ms_aten and the oracle taken at the "
+        f"start, sha1 `{meta['snapshot_sha1']}`; sweep time {meta['duration_s'] / 60:.0f} min). "
         "Machine-readable: `docs/opinfo.json`.",
+        *(f"Re-swept on {u['date']} (copy sha1 `{u['snapshot_sha1']}`): "
+          + ", ".join(f"`{key}`" for key in u["opinfos"]) + "." for u in meta.get("updates", [])),
         "",
         "## How it was measured",
         "",
@@ -253,6 +264,8 @@ def main() -> None:
     global oracle
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="OpInfo keys to sweep (default: all)")
+    parser.add_argument("--update", nargs="+", metavar="KEY",
+                        help="re-sweep these OpInfos into the existing json (after a fix)")
     parser.add_argument("--cap", type=int, default=20,
                         help="in-scope samples checked per OpInfo (0: all; default 20)")
     parser.add_argument("--timeout", type=float, default=120.0,
@@ -262,14 +275,23 @@ def main() -> None:
                         help="output path without suffix (.json and .md are written)")
     args = parser.parse_args()
     json_path, md_path = args.out.with_suffix(".json"), args.out.with_suffix(".md")
-    version = "" if args.render else snapshot_ms_aten()
-    oracle = importlib.import_module("opinfo_oracle")  # imports ms_aten: after the snapshot
-    if args.render:
-        data = json.loads(json_path.read_text())
-    else:
-        smoke_test()
-        keys = args.only or list(oracle.opinfos())
-        data = run_sweep(keys, args.cap, args.timeout, json_path, version)
+    sys.path.insert(0, str(ROOT / "tests"))
+    with tempfile.TemporaryDirectory(prefix="opinfo_snapshot_") as copy:
+        version = "" if args.render else snapshot(Path(copy))
+        oracle = importlib.import_module("opinfo_oracle")  # imports ms_aten: after the copy
+        if args.render or args.update:
+            data = json.loads(json_path.read_text())
+        if args.update:
+            smoke_test()
+            update = {"opinfos": args.update, "snapshot_sha1": version, "date": _now()}
+            data["meta"].setdefault("updates", []).append(update)
+            run_sweep(args.update, data["meta"]["cap"], args.timeout, json_path, data, update)
+        elif not args.render:
+            smoke_test()
+            data = {"meta": _meta(args.cap, args.timeout, version), "opinfos_skipped": [],
+                    "samples": []}
+            keys = args.only or list(oracle.opinfos())
+            run_sweep(keys, args.cap, args.timeout, json_path, data, data["meta"])
     md_path.write_text(render(data))
     print(f"wrote {md_path} and {json_path}")
 

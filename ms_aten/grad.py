@@ -46,10 +46,11 @@ def _with_arity(arity: int, gradients: Callable) -> Callable:
     so the signature is generated for each arity; its source goes into linecache, where
     inspect (and so MindSpore's parser) finds it.
     """
-    names = ", ".join(f"x{i}" for i in range(arity))
+    inputs = [f"x{i}" for i in range(arity)]
+    packed = f"({', '.join(inputs)}{',' if arity == 1 else ''})"  # a tuple, (x0,) or () too
     source = (f"def make(gradients):\n"
-              f"    def bprop({names}, out, dout):\n"
-              f"        return gradients(({names}{',' if arity == 1 else ''}), dout)\n"
+              f"    def bprop({', '.join([*inputs, 'out', 'dout'])}):\n"
+              f"        return gradients({packed}, dout)\n"
               f"    return bprop\n")
     filename = f"<ms_aten bprop/{arity}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)

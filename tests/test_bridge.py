@@ -51,6 +51,8 @@ CASES = [
     ("transpose.int", {"dim0": 0, "dim1": 1}, (X,), lambda x: x.t()),  # a view: copied out
     ("split.Tensor", {"split_size": 2, "dim": 1}, (X,), lambda x: x.split(2, 1)),  # Tensor[] out
     ("gelu", {"approximate": "tanh"}, (X,), lambda x: F.gelu(x, approximate="tanh")),
+    ("arange.start_step", {"start": 0, "end": 5, "step": 2, "dtype": torch.float32}, (),
+     lambda: torch.arange(0, 5, 2, dtype=torch.float32)),  # no tensor inputs at all
 ]
 
 

@@ -46,7 +46,7 @@ if [ "$(cat "$build_stamp" 2>/dev/null)" != "$build_want" ] || [ ! -f ms_aten/li
   # The PYNATIVE fast path: a MindSpore CustomOpBuilder module over libms_aten.so. A build
   # killed half-way leaves a lock that would make the next one wait forever.
   rm -f ms_aten/_fast_path_build/build.lock
-  "$PY" -m ms_aten.fast_path
+  "$PY" -c "import sys; from ms_aten import fast_path; sys.exit(fast_path.main())"
   echo "$build_want" > "$build_stamp"
   echo "[setup] ms_aten built in $(( $(date +%s) - start )) s"
 fi

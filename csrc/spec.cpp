@@ -153,6 +153,19 @@ int OpCall::input_count(int nparam) const {
   return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;
 }
 
+int OpCall::input_index(int slot_index, int list_len) const {
+  return has_list_ && slot_index >= list_start_ ? slot_index + list_len : slot_index;  // after the list
+}
+
+int OpCall::input_of_argument(const std::string& name, int n_inputs) const {
+  const auto& arguments = op_->schema().arguments();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (arguments[i].name() != name || slots_[i].kind != SlotKind::kTensor) continue;
+    return input_index(slots_[i].index, n_inputs - fixed_inputs_);
+  }
+  return -1;
+}
+
 std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
                                        const std::vector<at::Tensor>& outputs) const {
   const int list_len = static_cast<int>(inputs.size()) - fixed_inputs_;
@@ -169,8 +182,7 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
       case SlotKind::kOutput: stack.emplace_back(outputs.at(slot.index)); break;
       case SlotKind::kTensor: {
         // Tensors after the list shift by its length.
-        const int at = has_list_ && slot.index >= list_start_ ? slot.index + list_len : slot.index;
-        stack.emplace_back(inputs.at(at));
+        stack.emplace_back(inputs.at(input_index(slot.index, list_len)));
         break;
       }
       case SlotKind::kTensorList: {

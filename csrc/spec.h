@@ -38,12 +38,19 @@ class OpCall {
   // The number of MindSpore outputs of a launch.
   int output_count(int nparam) const { return nparam - input_count(nparam); }
 
+  // The call-time tensor index that fills schema argument `name` (a plain Tensor or Tensor?
+  // slot) when `n_inputs` tensors are given, or -1.
+  int input_of_argument(const std::string& name, int n_inputs) const;
+
   // The argument stack for one call: constants copied, tensor slots filled from `inputs`, out=
   // slots from `outputs`. Only the stack is built per launch; nothing is parsed.
   std::vector<c10::IValue> stack(const std::vector<at::Tensor>& inputs,
                                  const std::vector<at::Tensor>& outputs) const;
 
  private:
+  // Where a Tensor slot's tensor sits among the call-time tensors; those after the list shift.
+  int input_index(int slot_index, int list_len) const;
+
   enum class SlotKind { kConst, kTensor, kTensorList, kOptTensorList, kOutput };
   struct Slot {
     SlotKind kind;

@@ -147,3 +147,14 @@ def test_non_differentiable_op_raises_when_a_gradient_is_requested(mode):
     with pytest.raises(RuntimeError, match=r"aten::argmax \(backward\).*not differentiable"):
         grads = ms_grads(ms_aten.op("argmax", dim=1), (X,), [torch.ones(3)], mode)
         np.asarray(grads[0].asnumpy())
+
+
+def test_inputs_torch_refuses_to_differentiate_get_zeros(mode):
+    # soft_margin_loss is not differentiable in `target`; autograd says so by name.
+    x, target = randn(3, 4), torch.sign(randn(3, 4))
+    leaf = x.clone().requires_grad_(True)
+    (expected,) = torch.autograd.grad(F.soft_margin_loss(leaf, target) * 2.0, [leaf])
+    grad_x, grad_target = ms_grads(ms_aten.op("soft_margin_loss"), (x, target),
+                                   [torch.tensor(2.0)], mode)
+    torch.testing.assert_close(to_torch(grad_x), expected, rtol=1e-5, atol=1e-6)
+    assert not to_torch(grad_target).any()

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/opinfo_report.py                 # full sweep (about an hour)
     .venv/bin/python scripts/opinfo_report.py --only add cat  # a few OpInfos
+    .venv/bin/python scripts/opinfo_report.py --update cat    # re-sweep some into the json
     .venv/bin/python scripts/opinfo_report.py --render        # markdown from the saved json
 
 The measurement itself (scope criterion, comparison, gradient check) is tests/opinfo_oracle.py;
@@ -15,6 +16,7 @@ import argparse
 import hashlib
 import importlib
 import json
+import os
 import re
 import shutil
 import sys
@@ -119,6 +121,7 @@ def scope_category(reason: str) -> str:
                           ("the sample raises", "the sample raises in torch"),
                           ("it raises in torch", "the op raises in torch on compact copies"),
                           ("it passes a sparse", "a sparse tensor argument"),
+                          ("it returns a sparse", "a sparse tensor result"),
                           ("over the cap", "over the per-OpInfo cap (not checked)"),
                           ("over ", "too large")):
         if reason.startswith(prefix):
@@ -129,10 +132,10 @@ def scope_category(reason: str) -> str:
 def failure_category(reason: str) -> str:
     """A failure reason reduced to its kind: op names, numbers and shapes stripped."""
     text = re.sub(r"ms_aten(?: op|\.op)\('?[\w:.]+'?\)?:? ?", "", reason)
+    text = re.sub(r"\b\w+::\w+(\.\w*)?", "‹op›", text)
     text = re.sub(r"'[^']*'", "'…'", text)
     text = re.sub(r"\[[^\]]*\]", "[…]", text)
     text = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)
-    text = re.sub(r"\(.*", "", text) if text.startswith("SyntaxError") else text
     return text.strip()[:110]
 
 
@@ -170,8 +173,9 @@ def _header(data: dict) -> list[str]:
         f"MindSpore {meta['mindspore']}, CPU; a copy of ms_aten and the oracle taken at the "
         f"start, sha1 `{meta['snapshot_sha1']}`; sweep time {meta['duration_s'] / 60:.0f} min). "
         "Machine-readable: `docs/opinfo.json`.",
-        *(f"Re-swept on {u['date']} (copy sha1 `{u['snapshot_sha1']}`): "
-          + ", ".join(f"`{key}`" for key in u["opinfos"]) + "." for u in meta.get("updates", [])),
+        *(f"Re-swept on {u['date']} (copy sha1 `{u['snapshot_sha1']}`), {len(u['opinfos'])} "
+          f"OpInfos: " + ", ".join(f"`{key}`" for key in u["opinfos"]) + "."
+          for u in meta.get("updates", [])),
         "",
         "## How it was measured",
         "",
@@ -179,8 +183,9 @@ def _header(data: dict) -> list[str]:
         f"({meta['opinfos']}) gives its float32 CPU sample inputs.",
         "- Each sample's call runs (autograd off) under a TorchDispatchMode that records the "
         "ATen OpOverloads it reaches. **In scope**: exactly one OpOverload call in total, which "
-        "writes none of its inputs and returns only `Tensor`/`Tensor[]` (see the docstring "
-        "of `tests/opinfo_oracle.py`).",
+        "writes none of its inputs, returns only `Tensor`/`Tensor[]`, takes no sparse tensor "
+        "and runs on compact copies of its inputs (the exact criterion is the docstring of "
+        "`tests/opinfo_oracle.py`).",
         "- The recorded call is split by its schema (Tensor-typed arguments are call-time "
         "inputs, the rest `ms_aten.op` constants), run through `ms_aten.op('ns::name.overload', "
         "...)` in PYNATIVE mode and in GRAPH mode (inside an `nn.Cell`) on MindSpore copies of "
@@ -190,7 +195,8 @@ def _header(data: dict) -> list[str]:
         "is not reproducible (uninitialized memory) only shapes and dtypes are compared.",
         "- **Gradient**: for OpInfos supporting autograd whose torch reference has a derivative, "
         "`ms.grad` of sum_i sum(out_i * w_i) (floating outputs, fixed random cotangents w_i) "
-        "with respect to every floating input, against `torch.autograd.grad`, both modes.",
+        "with respect to the inputs the sample marks `requires_grad`, against "
+        "`torch.autograd.grad`, both modes.",
         f"- Per sample: tensors over {meta['max_elements']:.0e} elements are skipped; a worker "
         f"process runs the checks and is restarted after a crash or {meta['sample_timeout_s']:.0f}"
         f" s without progress (the check in flight is a fail-error). {cap.capitalize()} in-scope "
@@ -254,7 +260,8 @@ def _failures_section(kind: str, checks: tuple[str, ...], checked: list[dict]) -
         return lines + ["None.", ""]
     lines += [f"{sum(map(len, groups.values()))} (overload, kind) failures; modes in brackets.", ""]
     for category, ops in sorted(groups.items(), key=lambda item: -len(item[1])):
-        shown = ", ".join(f"`{op}` [{'/'.join(sorted(modes))}]" for op, modes in sorted(ops.items()))
+        shown = ", ".join(f"`{op}` [{'/'.join(sorted(modes))}]"
+                          for op, modes in sorted(ops.items()))
         lines += [f"- **{category}** ({len(ops)} overloads). Example: {examples[category]}",
                   f"  - {shown}"]
     return lines + [""]
@@ -276,6 +283,7 @@ def main() -> None:
     args = parser.parse_args()
     json_path, md_path = args.out.with_suffix(".json"), args.out.with_suffix(".md")
     sys.path.insert(0, str(ROOT / "tests"))
+    os.environ.setdefault("GLOG_v", "3")  # MindSpore logs errors only, here and in workers
     with tempfile.TemporaryDirectory(prefix="opinfo_snapshot_") as copy:
         version = "" if args.render else snapshot(Path(copy))
         oracle = importlib.import_module("opinfo_oracle")  # imports ms_aten: after the copy

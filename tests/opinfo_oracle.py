@@ -6,16 +6,18 @@ OpInfo's float32 CPU sample inputs and finds out which ATen op each sample reach
 every OpOverload dispatched to it, with autograd off (torch.no_grad) so that autograd's own
 bookkeeping (the aten::detach of a saved output) is not recorded.
 
-Scope criterion (exact): a sample is in scope when, while its call runs, the recording mode
-sees exactly one OpOverload call in total, that overload does not write its inputs (its schema
-has no mutable argument: no in-place, out= or running-stat ops), and its schema returns only
-`Tensor` and `Tensor[]` values. Everything else is out of scope, with the reason: the OpInfo
-has no float32 CPU support, the sample raised in torch, it reached no ATen op or several
-(CompositeImplicit decompositions, Python-level compositions), its one op writes inputs,
-returns non-tensors or takes a sparse tensor, or its tensors (inputs plus reference outputs)
-exceed MAX_ELEMENTS, or the op raises in torch when given compact (contiguous, offset-free)
-copies of its inputs, which is what MindSpore tensors are (as_strided reaching into the
-storage of a view).
+Scope criterion (exact). A sample is in scope when all of these hold:
+  1. the OpInfo has float32 CPU support and the sample's call runs in torch;
+  2. the recording mode sees exactly one OpOverload call in total (not zero, as for a
+     dropout with p=0; not several, as for CompositeImplicit decompositions);
+  3. that overload's schema has no mutable argument (no in-place, out= or running-stat op)
+     and returns only `Tensor` / `Tensor[]` values;
+  4. none of its tensor arguments or results is sparse (MindSpore tensors are dense);
+  5. the overload runs in torch on compact (contiguous, offset-free) copies of its tensor
+     arguments, which is what MindSpore tensors are (an as_strided that reaches into the
+     storage of a view does not);
+  6. its tensors, inputs plus torch's outputs, hold at most MAX_ELEMENTS elements.
+Every out-of-scope sample keeps the reason.
 
 An in-scope call is mapped onto ms_aten with the overload's schema: Tensor-typed arguments
 (Tensor, Tensor?, Tensor[] as a tuple, Tensor?[]) become call-time inputs in schema order,
@@ -24,14 +26,14 @@ None), and `ms_aten.op("ns::name.overload", **constants)` runs on MindSpore copi
 same data, in PYNATIVE mode and in GRAPH mode (inside an nn.Cell). Its outputs are compared
 with the torch eager result of the same overload on the same data (torch.testing.assert_close
 with its per-dtype default tolerances, e.g. rtol=1.3e-6, atol=1e-5 for float32; NaNs equal;
-dtypes and shapes must match). Where torch itself gives different values for two runs from
-the same seed (uninitialized memory, as for aten::empty), only shapes and dtypes are compared;
-random ops are otherwise compared after reseeding torch's global generator before each run.
+dtypes and shapes must match). Random ops are compared after reseeding torch's global
+generator before each run; for ops whose values are not defined (aten::*empty*: uninitialized
+memory) or that torch does not reproduce from one seed, only shapes and dtypes are compared.
 
 The gradient check (for OpInfos that support autograd, when the torch reference has a
 derivative) differentiates L = sum_i sum(out_i * w_i) over the floating outputs out_i, with
-fixed random cotangents w_i, with respect to the floating call-time inputs: ms.grad in both
-modes against torch.autograd.grad.
+fixed random cotangents w_i, with respect to the inputs the OpInfo sample marks requires_grad:
+ms.grad in both modes against torch.autograd.grad.
 
 Each check ends as one Outcome: pass, fail-mismatch, fail-error (exception type and first
 line) or skipped (reason). `sweep` runs OpInfos in a worker process with a per-sample time
@@ -39,12 +41,9 @@ limit and restarts it after a crash or a timeout, so one bad sample cannot stop 
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
-
-os.environ.setdefault("GLOG_v", "3")  # MindSpore: errors only, before it is first imported
-
-import multiprocessing
 import tempfile
 import time
 import warnings
@@ -174,7 +173,8 @@ def scope_of_calls(calls: Sequence[RecordedCall]) -> str | None:
 
 def _call_tensors(call: RecordedCall) -> list[torch.Tensor]:
     values = [*call.args, *call.kwargs.values()]
-    items = [v for value in values for v in (value if isinstance(value, (list, tuple)) else [value])]
+    items = [v for value in values
+             for v in (value if isinstance(value, (list, tuple)) else [value])]
     return [item for item in items if isinstance(item, torch.Tensor)]
 
 
@@ -340,7 +340,10 @@ def to_ms(tensor: torch.Tensor) -> ms.Tensor:
 def to_torch(tensor: ms.Tensor) -> torch.Tensor:
     if tensor.dtype == ms.bfloat16:
         return torch.from_numpy(tensor.astype(ms.float32).asnumpy()).to(torch.bfloat16)
-    return torch.from_numpy(np.array(tensor.asnumpy()))
+    array = np.array(tensor.asnumpy())
+    # MindSpore hands uint64 back as numpy.ulonglong, which torch rejects; 'uint64' by name
+    # is numpy.uint64, the same bytes.
+    return torch.from_numpy(array.view(np.dtype(array.dtype.name)))
 
 
 def inputs_to_ms(inputs: Sequence[Input]) -> list[Any]:
@@ -488,7 +491,7 @@ def list_span(inputs: Sequence[Input]) -> tuple[int, int]:
 
 @dataclass
 class GradReference:
-    positions: tuple[int, ...]  # flat input positions differentiated (the floating ones)
+    positions: tuple[int, ...]  # flat positions of the inputs differentiated
     weights: dict[int, torch.Tensor]  # cotangent by output position
     grads: list[torch.Tensor]  # by position in `positions`
 
@@ -571,6 +574,9 @@ def _checks(case: Case, checks: Sequence[str], result: SampleResult,
     except Exception as error:  # noqa: BLE001  (as_strided past the end of a compact copy)
         result.scope = f"it raises in torch on compact copies of its inputs ({describe(error)})"
         return
+    if any(t.layout != torch.strided for t in expected):
+        result.scope = f"it returns a sparse tensor, which MindSpore cannot hold ({bound.name})"
+        return
     size = sum(t.numel() for t in tensors_of(bound.inputs) + expected)
     if size > MAX_ELEMENTS:
         result.scope = f"over {MAX_ELEMENTS:.0e} elements"
@@ -602,7 +608,8 @@ def _checks(case: Case, checks: Sequence[str], result: SampleResult,
 # Sweeping op_db in a worker process
 
 
-def opinfo_results(key: str, cap: int, start: int = 0, on_begin: Callable[[Case], None] = lambda case: None,
+def opinfo_results(key: str, cap: int, start: int = 0,
+                   on_begin: Callable[[Case], None] = lambda case: None,
                    progress: Progress = _no_progress) -> Iterator[SampleResult | OpInfoSkipped]:
     """Results of one OpInfo's samples from sample index `start` on, or one OpInfoSkipped."""
     try:

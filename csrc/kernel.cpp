@@ -65,15 +65,15 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
     throw std::invalid_argument("got " + std::to_string(nparam) +
                                 " buffers, which does not fit the op's inputs and outputs");
   }
-  auto tensors = get_torch_tensors(nparam, params, ndims, shapes, dtypes, device);
-  if (device.is_cpu()) check_host_buffers(tensors);
+  auto tensors = views_.views(nparam, params, ndims, shapes, dtypes, device);
   std::vector<at::Tensor> inputs(tensors.begin(), tensors.begin() + n_in);
   std::vector<at::Tensor> outputs(tensors.begin() + n_in, tensors.end());
   if (program_) return program_->run(inputs, outputs);
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
   if (out_ && !out_unsound_.load(std::memory_order_relaxed)) {
-    if (try_out(inputs, outputs)) return;
+    if (try_out(inputs, outputs, params + n_in, ndims + n_in, shapes + n_in)) return;
     // The out= kernel may have resized our views: write the functional result into new ones.
+    views_.clear();
     auto fresh = get_torch_tensors(nparam - n_in, params + n_in, ndims + n_in, shapes + n_in,
                                    dtypes + n_in, device);
     run_call(inputs, fresh);
@@ -119,11 +119,9 @@ void Kernel::run_call(const std::vector<at::Tensor>& inputs,
   for (size_t i = 0; i < results.size(); ++i) copy_into_output(outputs[i], results[i], i);
 }
 
-bool Kernel::try_out(const std::vector<at::Tensor>& inputs,
-                     const std::vector<at::Tensor>& outputs) const {
+bool Kernel::try_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                     void* const* data, const int* ndims, int64_t* const* shapes) const {
   c10::InferenceMode guard;
-  std::vector<std::pair<const void*, std::vector<int64_t>>> before;
-  for (const auto& out : outputs) before.emplace_back(out.data_ptr(), out.sizes().vec());
   auto stack = out_->stack(inputs, outputs);
   try {
     out_->op().callBoxed(stack);
@@ -133,8 +131,9 @@ bool Kernel::try_out(const std::vector<at::Tensor>& inputs,
   // An out= kernel that resized or re-pointed an output wrote memory MindSpore never sees.
   for (size_t i = 0; i < outputs.size(); ++i) {
     const at::Tensor& out = outputs[i];
-    if (out.data_ptr() != before[i].first || out.sizes() != before[i].second ||
-        !out.is_contiguous()) {
+    const auto expected = ndims[i] == 0 ? at::IntArrayRef{}
+                                        : at::IntArrayRef(shapes[i], static_cast<size_t>(ndims[i]));
+    if (out.data_ptr() != data[i] || out.sizes() != expected || !out.is_contiguous()) {
       return false;
     }
   }

@@ -12,6 +12,7 @@
 
 #include "program.h"
 #include "spec.h"
+#include "view_cache.h"
 
 namespace ms_aten {
 
@@ -31,8 +32,10 @@ class Kernel {
   explicit Kernel(std::unique_ptr<Program> program);
 
   void run_call(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
-  // False when the out= kernel resized, re-allocated or failed; the outputs are then suspect.
-  bool try_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
+  // False when the out= kernel failed, or left an output other than MindSpore's buffer (data,
+  // ndims, shapes): resized or re-allocated; the outputs are then suspect.
+  bool try_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+               void* const* data, const int* ndims, int64_t* const* shapes) const;
 
   std::unique_ptr<OpCall> call_;
   std::unique_ptr<OpCall> out_;
@@ -40,6 +43,7 @@ class Kernel {
   // Set once the out= overload proved unusable here while the functional one worked (torch's
   // mse_loss.out resizes its output, for one): later launches go straight to the functional.
   mutable std::atomic<bool> out_unsound_{false};
+  mutable ViewCache views_;
   std::string name_;
   std::string error_;
 };

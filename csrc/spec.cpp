@@ -183,6 +183,10 @@ int OpCall::input_count(int nparam) const {
   return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;
 }
 
+int OpCall::forward_input_count(int vjp_inputs) const {
+  return has_list_ ? vjp_inputs - fixed_outputs_ : fixed_inputs_;
+}
+
 int OpCall::input_index(int slot_index, int list_len) const {
   return has_list_ && slot_index >= list_start_ ? slot_index + list_len : slot_index;  // after the list
 }

@@ -43,6 +43,9 @@ class OpCall {
   // The number of call-time tensors, given the total number of MindSpore parameters
   // (inputs + outputs) of a launch.
   int input_count(int nparam) const;
+  // For a vjp spec: how many of the VJP's `vjp_inputs` inputs are the forward's call-time
+  // tensors (the rest are one gradient per forward output).
+  int forward_input_count(int vjp_inputs) const;
   // The number of MindSpore outputs of a launch.
   int output_count(int nparam) const { return nparam - input_count(nparam); }
 

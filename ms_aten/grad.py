@@ -7,36 +7,22 @@ from typing import Callable
 from mindspore import ops
 
 from . import _lib
-from .binding import SPEC_ATTR, Binding
-from .infer import flatten_infer_args
+from .binding import Binding
+from .infer import CppInferred
 
 
-def forward_input_count(binding: Binding, n_tensors: int) -> int:
-    """How many of the VJP's n_tensors inputs are forward inputs (the rest: output grads)."""
-    if binding.list_position is None:
-        return len(binding.slots)
-    return n_tensors - len(binding.schema.returns)
-
-
-class AtenVjp(ops.Custom):
+class AtenVjp(CppInferred):
     """Inputs: the forward's call-time tensors, then one gradient per forward output.
-    Outputs: one gradient per forward call-time tensor, shaped and typed like it."""
+    Outputs: one gradient per forward call-time tensor, shaped and typed like it (the
+    library's C++ inference, csrc/infer.cpp, says so; so does MindSpore with unknown sizes)."""
 
     def __init__(self, binding: Binding):
-        self.binding = binding
-        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
-                         out_dtype=self._unused, func_type="aot")
-        self.add_prim_attr(SPEC_ATTR, binding.spec("vjp"))
+        multi_output = binding.list_position is not None or len(binding.slots) != 1
+        super().__init__(binding, binding.spec("vjp"), f"{binding.name} (backward)",
+                         multi_output, _lib.current_target())
 
-    def __infer__(self, *args: dict) -> dict:
-        shapes, types = flatten_infer_args(args)
-        n_in = forward_input_count(self.binding, len(shapes))
-        if n_in == 1:
-            return {"shape": shapes[0], "dtype": types[0], "value": None}
-        return {"shape": tuple(shapes[:n_in]), "dtype": tuple(types[:n_in]), "value": None}
-
-    def _unused(self, *args):
-        raise AssertionError("unreachable: AtenVjp.__infer__ infers shapes")
+    def check_count(self, shapes) -> None:
+        """Any count: the forward's inputs, then its outputs' gradients."""
 
 
 def with_arity(arity: int, gradients: Callable) -> Callable:

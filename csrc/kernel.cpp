@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <cstring>
 #include <stdexcept>
 
 #include "bridge_abi.h"
@@ -29,7 +30,10 @@ Kernel* Kernel::create(const char* spec, const char* error) noexcept {
     auto call = std::make_unique<OpCall>(text.substr(0, split));
     auto out = split == std::string::npos ? nullptr
                                           : std::make_unique<OpCall>(text.substr(split + 1));
-    if (call->kind() == SpecKind::kOut || (out && out->kind() != SpecKind::kOut)) {
+    const auto writes = [](const OpCall& c) {
+      return c.kind() == SpecKind::kOut || c.kind() == SpecKind::kInplace;
+    };
+    if (writes(*call) || (out && !writes(*out))) {
       throw std::invalid_argument("malformed op spec '" + text +
                                   "': expected '<call or vjp spec>[;<out spec>]'");
     }
@@ -83,6 +87,23 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   run_call(inputs, outputs);
 }
 
+bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  if (inputs.empty() || outputs.size() != 1) return false;
+  const at::Tensor& in = inputs[0];
+  const at::Tensor& out = outputs[0];
+  if (in.sizes() != out.sizes() || in.scalar_type() != out.scalar_type() ||
+      !in.is_contiguous() || !out.is_contiguous()) {
+    return false;
+  }
+  if (in.data_ptr() == out.data_ptr()) return true;  // MindSpore reuses the input's buffer
+  if (out.is_cpu()) {
+    std::memcpy(out.data_ptr(), in.data_ptr(), out.nbytes());  // for small ops, cheaper than copy_
+  } else {
+    out.copy_(in);
+  }
+  return true;
+}
+
 void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t index) {
   if (result.sizes() != output.sizes() || result.scalar_type() != output.scalar_type()) {
     throw std::runtime_error(c10::str("output ", index, " came out as ",
@@ -122,7 +143,13 @@ void Kernel::run_call(const std::vector<at::Tensor>& inputs,
 bool Kernel::try_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
                      void* const* data, const int* ndims, int64_t* const* shapes) const {
   c10::InferenceMode guard;
-  auto stack = out_->stack(inputs, outputs);
+  std::vector<at::Tensor> in_place;
+  if (out_->kind() == SpecKind::kInplace) {
+    if (!start_in_place(inputs, outputs)) return false;
+    in_place = inputs;
+    in_place[0] = outputs[0];
+  }
+  auto stack = out_->stack(in_place.empty() ? inputs : in_place, outputs);
   try {
     out_->op().callBoxed(stack);
   } catch (const std::exception&) {

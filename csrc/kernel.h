@@ -1,7 +1,8 @@
 // One MindSpore kernel instance: a decoded op spec plus the launch logic for its kind.
 //
 // The primitive attribute holds one spec, or two separated by ';': the functional call, then
-// the out= overload to try first; or a whole program (program.h), whose spec starts with
+// the out= overload to try first (or the in-place one, where out= is only a composite wrapper
+// that allocates and copies); or a whole program (program.h), whose spec starts with
 // "program".
 #pragma once
 
@@ -54,6 +55,10 @@ int num_threads();
 
 // The tensors a boxed call left on its stack, Tensor[] returns flattened; throws for others.
 std::vector<at::Tensor> returned_tensors(const std::vector<c10::IValue>& stack);
+
+// For an in-place spec: copies call-time tensor 0 into the single output, which the in-place
+// op then updates; false (nothing done) unless both are contiguous with one shape and dtype.
+bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
 
 // Writes `result` into MindSpore's output buffer after checking that shape and dtype agree
 // with what the Python side inferred; copy_ alone would broadcast or cast silently.

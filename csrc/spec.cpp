@@ -102,6 +102,7 @@ std::vector<int> list_members(const std::string& token, bool optional) {
 SpecKind parse_kind(const std::string& spec, const std::string& word) {
   if (word == "call") return SpecKind::kCall;
   if (word == "out") return SpecKind::kOut;
+  if (word == "inplace") return SpecKind::kInplace;
   if (word == "vjp") return SpecKind::kVjp;
   fail(spec, "unknown kind '" + word + "'");
 }

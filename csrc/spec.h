@@ -24,7 +24,8 @@
 
 namespace ms_aten {
 
-enum class SpecKind { kCall, kOut, kVjp };
+// kInplace: the in-place overload, run on output 0 after call-time tensor 0 is copied there.
+enum class SpecKind { kCall, kOut, kInplace, kVjp };
 
 // Token helpers shared with program.cpp.
 std::vector<std::string> split(const std::string& text, char sep);

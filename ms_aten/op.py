@@ -10,7 +10,7 @@ from .binding import Binding
 from .grad import make_bprop
 from .infer import CppInferred, MetaInfer, graph_mode
 from .infer import unique_id  # noqa: F401 (function.py imports it from here)
-from .schema import out_variant, resolve
+from .schema import inplace_variant, out_variant, resolve
 
 
 class AtenOp(CppInferred):
@@ -60,8 +60,12 @@ def op(name: str, **constants: Any) -> AtenOp:
     argument is a call-time input, in schema order; a `Tensor[]` is passed as a tuple.
     """
     binding = Binding.build(resolve(name, constants), constants)
-    target = out_variant(binding.schema)
-    # The functional call, then (csrc/kernel.h) the out= overload that writes in place.
-    spec = binding.spec("call") + (f";{binding.spec('out', target)}" if target else "")
+    # The functional call, then (csrc/kernel.h) the overload that writes MindSpore's output:
+    # the in-place one where out= is only a composite wrapper, else out=.
+    spec = binding.spec("call")
+    if (inplace := inplace_variant(binding.schema)) is not None:
+        spec += f";{binding.spec('inplace', inplace)}"
+    elif (target := out_variant(binding.schema)) is not None:
+        spec += f";{binding.spec('out', target)}"
     infer = MetaInfer(binding)
     return AtenOp(binding, spec, infer, bprop=make_bprop(binding))

@@ -18,7 +18,8 @@ from bench_ops import Arrays, OpCase, flatten
 
 GRAPH, PYNATIVE = "graph", "pynative"
 MODES = {GRAPH: ms.GRAPH_MODE, PYNATIVE: ms.PYNATIVE_MODE}
-MS_ATEN, NATIVE, PYFUNC, SEED_AOT, EMPTY_AOT = "ms_aten", "native", "pyfunc", "seed_aot", "empty_aot"
+MS_ATEN, NATIVE, PYFUNC, SEED_AOT = "ms_aten", "native", "pyfunc", "seed_aot"
+EMPTY_AOT = "empty_aot"
 MS_DTYPES = {torch.float32: ms.float32, torch.int64: ms.int64}  # the benchmarks' output dtypes
 
 

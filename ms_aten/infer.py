@@ -46,10 +46,10 @@ def unique_id() -> int:
 @lru_cache(maxsize=None)
 def _infer_function():
     function = _lib.library().ms_aten_infer
+    shapes = ctypes.POINTER(ctypes.POINTER(ctypes.c_int64))
     function.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int,
-                         ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)),
-                         ctypes.POINTER(ctypes.c_char_p), _EMIT, ctypes.c_void_p, ctypes.c_char_p,
-                         ctypes.c_size_t]
+                         ctypes.POINTER(ctypes.c_int), shapes, ctypes.POINTER(ctypes.c_char_p),
+                         _EMIT, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
     function.restype = ctypes.c_int
     return function
 
@@ -156,7 +156,8 @@ class CppInferred(ops.Custom):
         # MindSpore picks the C++ hooks' return types by this flag (csrc/extra_abi0.cpp).
         self.multi_output = multi_output
         self.add_prim_attr("multi_output", multi_output)
-        self.add_prim_attr("reg_op_name", name)  # MindSpore's C++ inference needs it; errors show it
+        # MindSpore's C++ inference reads it (and fails without it); its errors show it.
+        self.add_prim_attr("reg_op_name", name)
         # GRAPH compilation then calls __check__ before each C++ inference.
         self.set_prim_type(prim_type.py_infer_check)
 

@@ -2,6 +2,7 @@
 //
 // The spec is a primitive attribute written by ms_aten/spec.py: space-separated tokens,
 //   <kind> <qualified op name> <overload or "."> <output count or "*"> <argument>...
+// where <kind> is call, out, or vjp / vjp<k> (the order-k vector-Jacobian product, csrc/grad.h),
 // with one argument token per schema argument, in schema order:
 //   t<j>        the j-th call-time tensor (Tensor or Tensor?)
 //   T           a Tensor[] filled by the variable-length run of call-time tensors
@@ -29,6 +30,8 @@ class OpCall {
   explicit OpCall(const std::string& spec);
 
   SpecKind kind() const { return kind_; }
+  // For a VJP spec, how many times the op is differentiated (vjp: 1, vjp2: 2, ...); else 0.
+  int order() const { return order_; }
   const std::string& name() const { return name_; }
   const c10::OperatorHandle& op() const { return *op_; }
 
@@ -58,6 +61,7 @@ class OpCall {
   };
 
   SpecKind kind_;
+  int order_ = 0;
   std::string name_;  // "aten::max.dim", for messages
   std::optional<c10::OperatorHandle> op_;  // set by the constructor; the type has no default
   int fixed_outputs_ = -1;     // -1: the op returns Tensor[] and the count comes from nparam

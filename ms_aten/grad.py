@@ -19,7 +19,7 @@ from mindspore import ops
 
 from . import _lib
 from .binding import SPEC_ATTR, Binding
-from .infer import flatten_infer_args
+from .infer import flatten_infer_args, graph_mode
 
 
 def _as_tuple(value) -> tuple:
@@ -97,6 +97,14 @@ class AtenVjp(ops.Custom):
     def get_bprop(self) -> Callable:
         """This VJP's own bprop, the next order's VJP: built the first time MindSpore asks."""
         if self.bprop is None:
+            if self.binding.list_position is not None and not graph_mode():
+                # PYNATIVE reaches this Custom route only without the fast-path module; there
+                # MindSpore 2.10 fails on a bprop that returns a Tensor[]'s gradients as a
+                # nested tuple once it records it for a higher order (a ValueError of its own).
+                raise RuntimeError(
+                    f"ms_aten: {self.binding.name}: gradients of order {self.order + 1} of ops "
+                    f"with a Tensor[] input need GRAPH mode or the PYNATIVE fast path (build it "
+                    f"with `python -m ms_aten.fast_path`)")
             self.bprop = _vjp_bprop(self)
         elif self.bprop.vjp.device_target != self.device_target:
             from .op import retarget  # op.py imports this module

@@ -10,9 +10,14 @@
 namespace ms_aten {
 namespace {
 
-[[noreturn]] void fail(const std::string& spec, const std::string& why) {
-  throw std::invalid_argument("malformed op spec '" + spec + "': " + why);
+double to_double(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size()) throw std::invalid_argument("bad float '" + text + "'");
+  return value;
 }
+
+}  // namespace
 
 std::string unescape(const std::string& text) {
   std::string out;
@@ -40,13 +45,6 @@ int64_t to_int(const std::string& text) {
   size_t used = 0;
   const int64_t value = std::stoll(text, &used);
   if (used != text.size()) throw std::invalid_argument("bad int '" + text + "'");
-  return value;
-}
-
-double to_double(const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size()) throw std::invalid_argument("bad float '" + text + "'");
   return value;
 }
 
@@ -78,6 +76,28 @@ c10::IValue constant(const std::string& token) {
     }
     default: throw std::invalid_argument("unknown argument token '" + token + "'");
   }
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& spec, const std::string& why) {
+  throw std::invalid_argument("malformed op spec '" + spec + "': " + why);
+}
+
+// The members of a T[i,j,..] / Q[i,_,..] token: indices, -1 for `_` (Q only).
+std::vector<int> list_members(const std::string& token, bool optional) {
+  if (token.size() < 3 || token[1] != '[' || token.back() != ']') {
+    throw std::invalid_argument("bad list token '" + token + "'");
+  }
+  std::vector<int> members;
+  for (const auto& part : split(token.substr(2, token.size() - 3), ',')) {
+    if (part == "_" && optional) {
+      members.push_back(-1);
+    } else {
+      members.push_back(static_cast<int>(to_int(part)));
+    }
+  }
+  return members;
 }
 
 SpecKind parse_kind(const std::string& spec, const std::string& word, int* order) {
@@ -117,29 +137,37 @@ OpCall::OpCall(const std::string& spec) {
       if (token.empty()) fail(spec, "empty token");
       switch (token[0]) {
         case 't':
-          slots_.push_back({SlotKind::kTensor, static_cast<int>(to_int(token.substr(1)))});
+          slots_.push_back({SlotKind::kTensor, static_cast<int>(to_int(token.substr(1))), {}});
           ++fixed_inputs_;
           break;
         case 'T':
-        case 'Q':
-          if (has_list_) fail(spec, "more than one tensor list");
+        case 'Q': {
+          const SlotKind kind = token[0] == 'T' ? SlotKind::kTensorList : SlotKind::kOptTensorList;
+          if (token.size() > 1) {  // T[i,j,..] / Q[i,_,..]
+            auto members = list_members(token, kind == SlotKind::kOptTensorList);
+            for (const int m : members) fixed_inputs_ += m >= 0;
+            has_explicit_list_ = true;
+            slots_.push_back({kind, 0, std::move(members)});
+            break;
+          }
+          if (has_list_) fail(spec, "more than one variable-length tensor list");
           has_list_ = true;
           list_start_ = fixed_inputs_;
-          slots_.push_back({token[0] == 'T' ? SlotKind::kTensorList : SlotKind::kOptTensorList,
-                            fixed_inputs_});
+          slots_.push_back({kind, fixed_inputs_, std::nullopt});
           break;
+        }
         case 'o':
-          slots_.push_back({SlotKind::kOutput, static_cast<int>(to_int(token.substr(1)))});
+          slots_.push_back({SlotKind::kOutput, static_cast<int>(to_int(token.substr(1))), {}});
           break;
         case 'D': {
           const auto& arg = op_->schema().arguments()[i - 4];
           if (!arg.default_value()) fail(spec, "argument '" + arg.name() + "' has no default");
-          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size())});
+          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size()), {}});
           constants_.push_back(*arg.default_value());
           break;
         }
         default:
-          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size())});
+          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size()), {}});
           constants_.push_back(constant(token));
       }
     }
@@ -149,6 +177,8 @@ OpCall::OpCall(const std::string& spec) {
     fail(spec, e.what());
   }
   if (has_list_ && fixed_outputs_ < 0) fail(spec, "both the inputs and the outputs vary in number");
+  // Indices after a variable-length run shift by its length; explicit ones never do.
+  if (has_list_ && has_explicit_list_) fail(spec, "a variable-length list beside explicit ones");
 }
 
 int OpCall::input_count(int nparam) const {
@@ -195,6 +225,39 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
                                 std::to_string(inputs.size()));
   }
   std::vector<c10::IValue> stack;
+  fill(stack, inputs, list_len, outputs);
+  return stack;
+}
+
+std::vector<c10::IValue> OpCall::stack_over(const std::vector<at::Tensor>& values) const {
+  std::vector<c10::IValue> stack;
+  fill(stack, values, 0, {});
+  return stack;
+}
+
+bool OpCall::explicit_slots() const {
+  for (const Slot& slot : slots_) {
+    const bool list = slot.kind == SlotKind::kTensorList || slot.kind == SlotKind::kOptTensorList;
+    if (slot.kind == SlotKind::kOutput || (list && !slot.members)) return false;
+  }
+  return true;
+}
+
+std::vector<int> OpCall::tensor_indices() const {
+  std::vector<int> indices;
+  for (const Slot& slot : slots_) {
+    if (slot.kind == SlotKind::kTensor) indices.push_back(slot.index);
+    if (slot.members) {
+      for (const int m : *slot.members) {
+        if (m >= 0) indices.push_back(m);
+      }
+    }
+  }
+  return indices;
+}
+
+void OpCall::fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>& inputs,
+                  int list_len, const std::vector<at::Tensor>& outputs) const {
   stack.reserve(slots_.size());
   for (const Slot& slot : slots_) {
     switch (slot.kind) {
@@ -207,19 +270,28 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
       }
       case SlotKind::kTensorList: {
         c10::List<at::Tensor> list;
-        for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        if (slot.members) {
+          for (const int m : *slot.members) list.push_back(inputs.at(m));
+        } else {
+          for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        }
         stack.emplace_back(std::move(list));
         break;
       }
       case SlotKind::kOptTensorList: {
         c10::List<std::optional<at::Tensor>> list;
-        for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        if (slot.members) {
+          for (const int m : *slot.members) {
+            list.push_back(m >= 0 ? std::optional<at::Tensor>(inputs.at(m)) : std::nullopt);
+          }
+        } else {
+          for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        }
         stack.emplace_back(std::move(list));
         break;
       }
     }
   }
-  return stack;
 }
 
 }  // namespace ms_aten

@@ -116,8 +116,8 @@ class AtenVjp(ops.Custom):
         raise AssertionError("unreachable: AtenVjp.__infer__ infers shapes")
 
 
-def _with_arity(arity: int, gradients: Callable) -> Callable:
-    """bprop(x0, ..., x{arity-1}, out, dout) -> gradients((x0, ...), dout).
+def with_arity(arity: int, gradients: Callable) -> Callable:
+    """bprop(x0, ..., x{arity-1}, out, dout) -> gradients((x0, ...), out, dout).
 
     GRAPH mode compiles a bprop from its source and needs exactly one parameter per input,
     so the signature is generated for each arity; its source goes into linecache, where
@@ -127,7 +127,7 @@ def _with_arity(arity: int, gradients: Callable) -> Callable:
     packed = f"({', '.join(inputs)}{',' if arity == 1 else ''})"  # a tuple, (x0,) or () too
     source = (f"def make(gradients):\n"
               f"    def bprop({', '.join([*inputs, 'out', 'dout'])}):\n"
-              f"        return gradients({packed}, dout)\n"
+              f"        return gradients({packed}, out, dout)\n"
               f"    return bprop\n")
     filename = f"<ms_aten bprop/{arity}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -146,11 +146,11 @@ def make_bprop(binding: Binding) -> Callable:
     vjp = AtenVjp(binding)
     expand_dout = _expands_dout(binding)
 
-    def gradients(inputs: tuple, dout):
+    def gradients(inputs: tuple, out, dout):
         cotangents = dout if expand_dout else (dout,)
         return _regroup(_as_tuple(vjp(*inputs, *cotangents)), inputs)
 
-    bprop = _with_arity(_arity(binding, 0), gradients)
+    bprop = with_arity(_arity(binding, 0), gradients)
     bprop.vjp = vjp  # AtenOp.set_device moves the backward kernel along with the forward
     return bprop
 
@@ -161,10 +161,10 @@ def _vjp_bprop(vjp: AtenVjp) -> Callable:
     next_vjp = AtenVjp(vjp.binding, vjp.order + 1, vjp.device_target)
     n_like = _arity(vjp.binding, vjp.order - 1)
 
-    def gradients(inputs: tuple, dout):
+    def gradients(inputs: tuple, out, dout):
         cotangents = _regroup(_as_tuple(dout), inputs[:n_like])
         return _regroup(_as_tuple(next_vjp(*inputs, *cotangents)), inputs)
 
-    bprop = _with_arity(_arity(vjp.binding, vjp.order), gradients)
+    bprop = with_arity(_arity(vjp.binding, vjp.order), gradients)
     bprop.vjp = next_vjp
     return bprop

@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/bench_models.py            # tiny and medium GPT-2 and BERT
     .venv/bin/python benchmarks/bench_models.py --quick    # tiny only, few repeats (CI smoke)
 
-Per model: the forward (torch under no_grad; the ms_aten Cell compiled in GRAPH mode), one
-training step (forward, backward and Adam: torch.optim.Adam against a jitted MindSpore step with
-nn.Adam), the same forward replayed node by node through per-op `ms_aten.op` calls in PYNATIVE
+Per model: the forward (torch under no_grad; the ms_aten Cell compiled in GRAPH mode), the
+forward and backward (torch's backward against a jitted ms.value_and_grad), one training step
+(forward, backward and Adam: torch.optim.Adam against a jitted MindSpore step with nn.Adam),
+the same forward replayed node by node through per-op `ms_aten.op` calls in PYNATIVE
 mode, for contrast, and the ms_aten kernel launches per forward. Routes are timed in turns,
 repeat after repeat, and each reports its median; results are checked against torch first.
 Writes benchmarks/results/models.{md,json}.
@@ -125,6 +126,10 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
     grad_fn = ms.value_and_grad(Loss(cell, case.loss), None, optimizer.parameters)
 
     @ms.jit
+    def ms_grad(tokens, labels):
+        return grad_fn(tokens, labels)[0]
+
+    @ms.jit
     def ms_step(tokens, labels):
         loss, grads = grad_fn(tokens, labels)
         optimizer(grads)
@@ -140,6 +145,12 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
         torch_optimizer.step()
         return loss.item()
 
+    def torch_grad() -> float:
+        torch_model.zero_grad()
+        loss = models.torch_loss(case.loss, models.logits(torch_model(x_torch)), target_torch)
+        loss.backward()
+        return loss.item()
+
     def torch_forward():
         with torch.no_grad():
             return module(x_torch)
@@ -147,6 +158,8 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
     routes = {
         "torch forward": torch_forward,
         "ms_aten forward": lambda: cell(x).asnumpy(),
+        "torch fwd+bwd": torch_grad,
+        "ms_aten fwd+bwd": lambda: float(ms_grad(x, target)),
         "torch train step": torch_step,
         "ms_aten train step": lambda: float(ms_step(x, target)),
     }
@@ -174,6 +187,7 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
     return {"model": name, "nodes": cell.program.n_nodes, "launches_per_forward": launches,
             "ms": {route: 1e3 * t for route, t in median.items()},
             "forward_ratio": median["ms_aten forward"] / median["torch forward"],
+            "grad_ratio": median["ms_aten fwd+bwd"] / median["torch fwd+bwd"],
             "train_ratio": median["ms_aten train step"] / median["torch train step"],
             "per_op_ratio": (median["per-op ms_aten.op forward (PYNATIVE)"]
                              / median["torch forward"]) if replay is not None else None,
@@ -182,14 +196,15 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
 
 def report(rows: list[dict]) -> str:
     lines = ["| model | ATen nodes | launches / forward | torch fwd ms | ms_aten fwd ms | fwd ratio "
-             "| torch step ms | ms_aten step ms | step ratio | per-op fwd ratio |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| fwd+bwd ratio | torch step ms | ms_aten step ms | step ratio | per-op fwd ratio |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         t = r["ms"]
         per_op = f"{r['per_op_ratio']:.1f}x" if r["per_op_ratio"] else f"n/a ({r['per_op_error']})"
         lines.append(
             f"| {r['model']} | {r['nodes']} | {r['launches_per_forward']} | "
             f"{t['torch forward']:.2f} | {t['ms_aten forward']:.2f} | {r['forward_ratio']:.2f}x | "
+            f"{r['grad_ratio']:.2f}x | "
             f"{t['torch train step']:.2f} | {t['ms_aten train step']:.2f} | "
             f"{r['train_ratio']:.2f}x | {per_op} |")
     return "\n".join(lines)

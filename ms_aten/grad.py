@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import linecache
-from typing import Callable
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from mindspore import ops
 
@@ -54,19 +55,26 @@ def with_arity(arity: int, gradients: Callable) -> Callable:
               f"    return bprop\n")
     filename = f"<ms_aten bprop/{arity}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"__name__": __name__}
+    namespace: dict[str, Any] = {"__name__": __name__}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (fixed template)
     # MindSpore resolves a bprop's free variables from its closure, not from globals.
     return namespace["make"](gradients)
 
 
-def make_bprop(binding: Binding) -> Callable:
+class Bprop(Protocol):
+    """A bprop that carries its VJP kernel (AtenOp.set_device moves it with the forward)."""
+
+    vjp: AtenVjp
+
+    def __call__(self, *args: Any) -> Any: ...
+
+
+def make_bprop(binding: Binding) -> Bprop:
     """The bprop MindSpore calls as bprop(*inputs, out, dout), in both modes.
 
     It must stay within what MindSpore's GRAPH mode can compile: tuple slicing, star-args.
     """
     vjp = AtenVjp(binding)
-    n_slots = len(binding.slots)
     list_at = binding.list_position
     multi_out = binding.returns_list or len(binding.schema.returns) > 1
 
@@ -79,6 +87,6 @@ def make_bprop(binding: Binding) -> Callable:
         n_list = len(inputs[list_at])
         return grads[:list_at] + (grads[list_at:list_at + n_list],) + grads[list_at + n_list:]
 
-    bprop = with_arity(len(binding.slots), gradients)
+    bprop = cast(Bprop, with_arity(len(binding.slots), gradients))
     bprop.vjp = vjp  # AtenOp.set_device moves the backward kernel along with the forward
     return bprop

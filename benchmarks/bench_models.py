@@ -62,7 +62,7 @@ def per_op_forward(cell: ms_aten.TorchModule) -> Callable[[ms.Tensor], ms.Tensor
     """The exported graph replayed node by node, one ms_aten.op per node (PYNATIVE)."""
     exported = ms_aten.program.export(cell._torch_module, cell._example, "per-op")
     graph = exported.graph_module.graph
-    weights = dict(zip(cell._weight_names, cell.weights))
+    weights = dict(zip(cell._weight_names, cell.weights, strict=True))
     steps = []
     for node in graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
@@ -82,7 +82,7 @@ def per_op_forward(cell: ms_aten.TorchModule) -> Callable[[ms.Tensor], ms.Tensor
     def forward(x: ms.Tensor) -> ms.Tensor:
         values = {}
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-        for node, spec in zip(placeholders, exported.graph_signature.input_specs):
+        for node, spec in zip(placeholders, exported.graph_signature.input_specs, strict=True):
             values[node] = x if spec.target is None else weights[
                 cell._aliases.get(spec.target, spec.target)]
         for node, op, tensors in steps:
@@ -195,8 +195,9 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
 
 
 def report(rows: list[dict]) -> str:
-    lines = ["| model | ATen nodes | launches / forward | torch fwd ms | ms_aten fwd ms | fwd ratio "
-             "| fwd+bwd ratio | torch step ms | ms_aten step ms | step ratio | per-op fwd ratio |",
+    lines = ["| model | ATen nodes | launches / forward | torch fwd ms | ms_aten fwd ms "
+             "| fwd ratio | fwd+bwd ratio | torch step ms | ms_aten step ms | step ratio "
+             "| per-op fwd ratio |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         t = r["ms"]

@@ -4,15 +4,16 @@ from __future__ import annotations
 import copy
 
 import mindspore as ms
+import models
 import numpy as np
 import pytest
 import torch
 from mindspore import nn, ops
 
 import ms_aten
-import models
-from common import set_mode
 from ms_aten.module import to_ms, to_torch
+
+from common import set_mode
 
 FACTORIES = {"gpt2": models.gpt2, "bert": models.bert, "cnn_eval": models.cnn,
              "cnn_train": lambda: models.cnn(train=True), "lstm": models.lstm}
@@ -47,7 +48,7 @@ def assert_gradients_match(grads, cell: ms_aten.TorchModule, module: torch.nn.Mo
     BatchNorm) holds only rounding noise in both, which no relative test can compare."""
     expected = {name: p.grad.numpy() for name, p in module.named_parameters()}
     scale = max(np.abs(g).max() for g in expected.values())
-    for grad, param in zip(grads, cell.trainable_params()):
+    for grad, param in zip(grads, cell.trainable_params(), strict=True):
         got = grad if isinstance(grad, np.ndarray) else grad.asnumpy()
         np.testing.assert_allclose(got, expected[param.name.removeprefix("net.")], rtol=1e-4,
                                    atol=1e-4 * scale, err_msg=param.name)
@@ -241,7 +242,8 @@ def test_a_kernel_error_names_the_node_and_later_calls_work(mode):
     cell = ms_aten.module(c.module, c.inputs)
     bad = c.inputs[0].clone()
     bad[0, 0] = 1000  # beyond the vocabulary
-    with pytest.raises(RuntimeError, match=r"aten::embedding in transformer.wte.*index out of range"):
+    with pytest.raises(RuntimeError,
+                       match=r"aten::embedding in transformer.wte.*index out of range"):
         cell(to_ms(bad)).asnumpy()
     if mode == "graph":
         # MindSpore does not run a compiled graph again after one of its kernels failed

@@ -26,7 +26,7 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import torch
-from mindspore import nn, ops
+from mindspore import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -43,19 +43,6 @@ CONFIGS = {
     "gpt2-medium": lambda: models.gpt2(layers=4, hidden=256, heads=4, seq=128, vocab=1000),
     "bert-medium": lambda: models.bert(layers=4, hidden=256, heads=4, seq=128, vocab=1000),
 }
-
-
-class Loss(nn.Cell):
-    def __init__(self, net: nn.Cell, kind: str):
-        super().__init__()
-        self.net = net
-        self.kind = kind
-
-    def construct(self, x, target):
-        out = self.net(x)
-        if self.kind == "lm":
-            return ops.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
-        return ops.cross_entropy(out, target)
 
 
 def per_op_forward(cell: ms_aten.TorchModule) -> Callable[[ms.Tensor], ms.Tensor]:
@@ -123,7 +110,7 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
     launches = ms_aten.launch_count() - before
 
     optimizer = nn.Adam(cell.trainable_params(), learning_rate=1e-4)
-    grad_fn = ms.value_and_grad(Loss(cell, case.loss), None, optimizer.parameters)
+    grad_fn = ms.value_and_grad(models.LossCell(cell, case.loss), None, optimizer.parameters)
 
     @ms.jit
     def ms_grad(tokens, labels):

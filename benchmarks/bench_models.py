@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/bench_models.py            # tiny and medium GPT-2 and BERT
     .venv/bin/python benchmarks/bench_models.py --quick    # tiny only, few repeats (CI smoke)
 
-Per model: the forward (torch under no_grad; the ms_aten Cell compiled in GRAPH mode), one
-training step (forward, backward and Adam: torch.optim.Adam against a jitted MindSpore step with
-nn.Adam), the same forward replayed node by node through per-op `ms_aten.op` calls in PYNATIVE
+Per model: the forward (torch under no_grad; the ms_aten Cell compiled in GRAPH mode), the
+forward and backward (torch's backward against a jitted ms.value_and_grad), one training step
+(forward, backward and Adam: torch.optim.Adam against a jitted MindSpore step with nn.Adam),
+the same forward replayed node by node through per-op `ms_aten.op` calls in PYNATIVE
 mode, for contrast, and the ms_aten kernel launches per forward. Routes are timed in turns,
 repeat after repeat, and each reports its median; results are checked against torch first.
 Writes benchmarks/results/models.{md,json}.
@@ -25,7 +26,7 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import torch
-from mindspore import nn, ops
+from mindspore import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -44,24 +45,11 @@ CONFIGS = {
 }
 
 
-class Loss(nn.Cell):
-    def __init__(self, net: nn.Cell, kind: str):
-        super().__init__()
-        self.net = net
-        self.kind = kind
-
-    def construct(self, x, target):
-        out = self.net(x)
-        if self.kind == "lm":
-            return ops.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
-        return ops.cross_entropy(out, target)
-
-
 def per_op_forward(cell: ms_aten.TorchModule) -> Callable[[ms.Tensor], ms.Tensor]:
     """The exported graph replayed node by node, one ms_aten.op per node (PYNATIVE)."""
     exported = ms_aten.program.export(cell._torch_module, cell._example, "per-op")
     graph = exported.graph_module.graph
-    weights = dict(zip(cell._weight_names, cell.weights))
+    weights = dict(zip(cell._weight_names, cell.weights, strict=True))
     steps = []
     for node in graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
@@ -81,7 +69,7 @@ def per_op_forward(cell: ms_aten.TorchModule) -> Callable[[ms.Tensor], ms.Tensor
     def forward(x: ms.Tensor) -> ms.Tensor:
         values = {}
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-        for node, spec in zip(placeholders, exported.graph_signature.input_specs):
+        for node, spec in zip(placeholders, exported.graph_signature.input_specs, strict=True):
             values[node] = x if spec.target is None else weights[
                 cell._aliases.get(spec.target, spec.target)]
         for node, op, tensors in steps:
@@ -122,7 +110,11 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
     launches = ms_aten.launch_count() - before
 
     optimizer = nn.Adam(cell.trainable_params(), learning_rate=1e-4)
-    grad_fn = ms.value_and_grad(Loss(cell, case.loss), None, optimizer.parameters)
+    grad_fn = ms.value_and_grad(models.LossCell(cell, case.loss), None, optimizer.parameters)
+
+    @ms.jit
+    def ms_grad(tokens, labels):
+        return grad_fn(tokens, labels)[0]
 
     @ms.jit
     def ms_step(tokens, labels):
@@ -140,6 +132,12 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
         torch_optimizer.step()
         return loss.item()
 
+    def torch_grad() -> float:
+        torch_model.zero_grad()
+        loss = models.torch_loss(case.loss, models.logits(torch_model(x_torch)), target_torch)
+        loss.backward()
+        return loss.item()
+
     def torch_forward():
         with torch.no_grad():
             return module(x_torch)
@@ -147,6 +145,8 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
     routes = {
         "torch forward": torch_forward,
         "ms_aten forward": lambda: cell(x).asnumpy(),
+        "torch fwd+bwd": torch_grad,
+        "ms_aten fwd+bwd": lambda: float(ms_grad(x, target)),
         "torch train step": torch_step,
         "ms_aten train step": lambda: float(ms_step(x, target)),
     }
@@ -174,6 +174,7 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
     return {"model": name, "nodes": cell.program.n_nodes, "launches_per_forward": launches,
             "ms": {route: 1e3 * t for route, t in median.items()},
             "forward_ratio": median["ms_aten forward"] / median["torch forward"],
+            "grad_ratio": median["ms_aten fwd+bwd"] / median["torch fwd+bwd"],
             "train_ratio": median["ms_aten train step"] / median["torch train step"],
             "per_op_ratio": (median["per-op ms_aten.op forward (PYNATIVE)"]
                              / median["torch forward"]) if replay is not None else None,
@@ -181,15 +182,17 @@ def bench(name: str, repeats: int, iterations: int) -> dict:
 
 
 def report(rows: list[dict]) -> str:
-    lines = ["| model | ATen nodes | launches / forward | torch fwd ms | ms_aten fwd ms | fwd ratio "
-             "| torch step ms | ms_aten step ms | step ratio | per-op fwd ratio |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| model | ATen nodes | launches / forward | torch fwd ms | ms_aten fwd ms "
+             "| fwd ratio | fwd+bwd ratio | torch step ms | ms_aten step ms | step ratio "
+             "| per-op fwd ratio |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         t = r["ms"]
         per_op = f"{r['per_op_ratio']:.1f}x" if r["per_op_ratio"] else f"n/a ({r['per_op_error']})"
         lines.append(
             f"| {r['model']} | {r['nodes']} | {r['launches_per_forward']} | "
             f"{t['torch forward']:.2f} | {t['ms_aten forward']:.2f} | {r['forward_ratio']:.2f}x | "
+            f"{r['grad_ratio']:.2f}x | "
             f"{t['torch train step']:.2f} | {t['ms_aten train step']:.2f} | "
             f"{r['train_ratio']:.2f}x | {per_op} |")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """Fine-tune a (tiny, randomly initialised) HuggingFace GPT-2 in MindSpore through ms_aten.module.
 
-    python examples/finetune_gpt2.py [--steps 150] [--mode graph|pynative] [--plot docs/finetune_gpt2.png]
+    python examples/finetune_gpt2.py [--steps 150] [--mode graph|pynative] [--plot FILE.png]
 
 The whole GPT2LMHeadModel forward runs as one ms_aten kernel; its weights are MindSpore
 Parameters trained by MindSpore's nn.Adam in a jitted GRAPH-mode step, beside the same model
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> tuple[list[float], list[float]]:
     cell = ms_aten.module(model, (data[:, :-1],))
     bridged = mindspore_losses(cell, data, args.steps, args.mode)
     reference = torch_losses(reference_model, data, args.steps)
-    gap = max(abs(b - r) / abs(r) for b, r in zip(bridged, reference))
+    gap = max(abs(b - r) / abs(r) for b, r in zip(bridged, reference, strict=True))
     print(f"{args.mode}: {cell.program.n_nodes} ATen ops in one kernel; loss {bridged[0]:.4f} -> "
           f"{bridged[-1]:.4f} in {args.steps} steps (torch: {reference[0]:.4f} -> "
           f"{reference[-1]:.4f}); largest relative gap {gap:.2e}")

@@ -13,7 +13,8 @@ parameters. The kernels see the same tensors flattened (csrc/grad.h has the coun
 from __future__ import annotations
 
 import linecache
-from typing import Callable
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from mindspore import ops
 
@@ -29,7 +30,7 @@ def _as_tuple(value) -> tuple:
 def _regroup(flat: tuple, like: tuple) -> tuple:
     """flat (one tensor per tensor in `like`) grouped as `like` is: a tuple (or list) of n in
     `like` gets a tuple of the next n tensors. Written for MindSpore's GRAPH-mode compiler."""
-    grouped = ()
+    grouped: tuple = ()
     i = 0
     for arg in like:
         if isinstance(arg, (tuple, list)):
@@ -76,6 +77,8 @@ class AtenVjp(ops.Custom):
     """The order-`order` VJP of a bridged op. Inputs: the order-(order-1) function's inputs
     (order 1: the forward's call-time tensors), then one gradient per its output. Outputs: one
     gradient per order-(order-1) input, shaped and typed like it."""
+
+    bprop: Bprop | None  # set by ops.Custom.__init__; get_bprop builds it
 
     def __init__(self, binding: Binding, order: int = 1, device_target: str | None = None):
         self.binding = binding
@@ -131,14 +134,23 @@ def with_arity(arity: int, gradients: Callable) -> Callable:
               f"    return bprop\n")
     filename = f"<ms_aten bprop/{arity}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"__name__": __name__}
+    namespace: dict[str, Any] = {"__name__": __name__}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (fixed template)
     # MindSpore resolves a bprop's free variables from its closure, not from globals.
     return namespace["make"](gradients)
 
 
-def make_bprop(binding: Binding) -> Callable:
-    """The forward op's bprop, which MindSpore calls as bprop(*inputs, out, dout), in both modes.
+class Bprop(Protocol):
+    """A bprop that carries its VJP kernel (AtenOp.set_device moves it with the forward)."""
+
+    vjp: AtenVjp
+
+    def __call__(self, *args: Any) -> Any: ...
+
+
+def make_bprop(binding: Binding) -> Bprop:
+    """The forward op's bprop, which MindSpore calls as bprop(*inputs, out, dout), in both
+    modes.
 
     It, and _vjp_bprop's, must stay within what MindSpore's GRAPH mode can compile: tuple
     slicing, star-args, loops over tuples.
@@ -150,12 +162,12 @@ def make_bprop(binding: Binding) -> Callable:
         cotangents = dout if expand_dout else (dout,)
         return _regroup(_as_tuple(vjp(*inputs, *cotangents)), inputs)
 
-    bprop = with_arity(_arity(binding, 0), gradients)
+    bprop = cast(Bprop, with_arity(_arity(binding, 0), gradients))
     bprop.vjp = vjp  # AtenOp.set_device moves the backward kernel along with the forward
     return bprop
 
 
-def _vjp_bprop(vjp: AtenVjp) -> Callable:
+def _vjp_bprop(vjp: AtenVjp) -> Bprop:
     """The bprop of an order-k VJP: the order-(k+1) VJP, called with the order-k one's arguments
     and the cotangents of its outputs, grouped as the order-(k-1) function's arguments."""
     next_vjp = AtenVjp(vjp.binding, vjp.order + 1, vjp.device_target)
@@ -165,6 +177,6 @@ def _vjp_bprop(vjp: AtenVjp) -> Callable:
         cotangents = _regroup(_as_tuple(dout), inputs[:n_like])
         return _regroup(_as_tuple(next_vjp(*inputs, *cotangents)), inputs)
 
-    bprop = with_arity(_arity(vjp.binding, vjp.order), gradients)
+    bprop = cast(Bprop, with_arity(_arity(vjp.binding, vjp.order), gradients))
     bprop.vjp = next_vjp
     return bprop

@@ -1,11 +1,12 @@
 """Output shapes and dtypes of a bridged op, from running it on torch meta tensors."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import mindspore as ms
-from mindspore import context
 import torch
+from mindspore import context
 from mindspore.common import dtype as mstype
 
 from . import dtypes
@@ -38,7 +39,8 @@ def group_inputs(binding: Binding, flat: Sequence[Any]) -> list[Any]:
 def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
     """Shapes and dtypes of MindSpore's infer arguments, tuple inputs expanded as the kernel
     receives them. A tuple input carries a tuple of dtypes; a tensor, one dtype."""
-    shapes, types = [], []
+    shapes: list[Shape] = []
+    types: list[Any] = []
     for arg in args:
         if isinstance(arg["dtype"], (tuple, list)):
             shapes.extend(arg["shape"])
@@ -80,8 +82,9 @@ class MetaInfer:
                     f"ms_aten op '{name}': dynamic input shape {list(shape)}; ms_aten needs "
                     f"static shapes in GRAPH mode (run the Cell without set_inputs(None dims))")
         metas = [torch.empty(s, dtype=dtypes.to_torch(d), device="meta")
-                 for s, d in zip(shapes, ms_dtypes)]
-        kwargs = dict(zip((s.name for s in self.binding.slots), group_inputs(self.binding, metas)))
+                 for s, d in zip(shapes, ms_dtypes, strict=True)]
+        names = (s.name for s in self.binding.slots)
+        kwargs = dict(zip(names, group_inputs(self.binding, metas), strict=True))
         kwargs.update(self.binding.constants)
         try:
             results = _flatten_results(self.overload(**kwargs))

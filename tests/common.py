@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import mindspore as ms
 import numpy as np
@@ -66,7 +67,7 @@ def assert_same(actual, expected, **tolerances) -> None:
     if isinstance(expected, (tuple, list)):
         assert isinstance(actual, tuple), f"expected a tuple of {len(expected)}, got {actual!r}"
         assert len(actual) == len(expected)
-        for a, e in zip(actual, expected):
+        for a, e in zip(actual, expected, strict=True):
             assert_same(a, e, **tolerances)
         return
     got = to_torch(actual)

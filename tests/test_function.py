@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from mindspore import nn
 
 import ms_aten
+
 from common import MODES, OpCell, assert_same, run, set_mode, to_ms, to_torch
 
 
@@ -80,7 +81,7 @@ def test_function_forward_and_gradients_match_torch(name, mode):
     positions = tuple(range(len(inputs)))
     grads = ms.grad(GradCell(op, n_out), grad_position=positions)(*to_ms(inputs))
     grads = grads if isinstance(grads, tuple) else (grads,)
-    for got, want in zip(grads, torch_grads(fn, inputs, n_out)):
+    for got, want in zip(grads, torch_grads(fn, inputs, n_out), strict=True):
         np.testing.assert_allclose(to_torch(got).numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
 
 
@@ -120,8 +121,8 @@ def test_other_shapes_recapture_in_pynative_and_fail_clearly_in_graph():
     op = ms_aten.function(lambda x: x.cumsum(0) * 2, (torch.randn(4, 3),))
     x = torch.randn(7, 2)
     assert_same(run(op, to_ms((x,)), "pynative"), x.cumsum(0) * 2)
-    with pytest.raises(ms_aten.ShapeInferenceError,
-                       match=r"captured for inputs \(float32\[4, 3\]\) and got \(float32\[7, 2\]\)"):
+    with pytest.raises(ms_aten.ShapeInferenceError, match=r"captured for inputs "
+                       r"\(float32\[4, 3\]\) and got \(float32\[7, 2\]\)"):
         run(op, to_ms((x,)), "graph")
 
 

@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from mindspore import nn
 
 import ms_aten
-from common import set_mode, to_ms, to_torch
 from ms_aten import fast_path
+
+from common import set_mode, to_ms, to_torch
 
 g = torch.Generator().manual_seed(1)
 
@@ -56,7 +57,7 @@ def torch_grads(reference, inputs, weights) -> list[torch.Tensor]:
     rebuilt = [tuple(next(it) for _ in x) if isinstance(x, tuple) else next(it) for x in inputs]
     outputs = reference(*rebuilt)
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    loss = sum((o * w).sum() for o, w in zip(outputs, weights) if w is not None)
+    loss = sum((o * w).sum() for o, w in zip(outputs, weights, strict=True) if w is not None)
     wrt = [x for x in leaves if x.requires_grad]
     grads = iter(torch.autograd.grad(loss, wrt))
     return [next(grads) if x.requires_grad else torch.zeros_like(x) for x in leaves]
@@ -87,7 +88,7 @@ class WeightedLoss(nn.Cell):
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         loss = 0.0
-        for output, weight in zip(outputs, self.weights):
+        for output, weight in zip(outputs, self.weights):  # noqa: B905 (GRAPH mode has no strict=)
             if weight is not None:
                 loss = loss + (output * weight).sum()
         return loss
@@ -105,11 +106,13 @@ def ms_grads(op, inputs, weights, mode: str) -> list:
 @pytest.mark.parametrize("name, constants, inputs, reference", CASES, ids=[c[0] for c in CASES])
 def test_gradient_matches_torch_autograd(mode, name, constants, inputs, reference):
     expected_outputs = reference(*inputs)
-    weights = cotangents(expected_outputs if isinstance(expected_outputs, tuple) else (expected_outputs,))
+    if not isinstance(expected_outputs, tuple):
+        expected_outputs = (expected_outputs,)
+    weights = cotangents(expected_outputs)
     expected = torch_grads(reference, inputs, weights)
     got = ms_grads(ms_aten.op(name, **constants), inputs, weights, mode)
     assert len(got) == len(expected)
-    for actual, want in zip(got, expected):
+    for actual, want in zip(got, expected, strict=True):
         torch.testing.assert_close(to_torch(actual), want, rtol=1e-5, atol=1e-5)
 
 
@@ -187,9 +190,9 @@ def torch_hessian_vector(reference, inputs, weight, vectors) -> list[torch.Tenso
     leaves = [x.clone().requires_grad_() for x in inputs]
     loss = (reference(*leaves) * weight).sum()
     first = torch.autograd.grad(loss, leaves, create_graph=True)
-    inner = sum((g * v).sum() for g, v in zip(first, vectors))
+    inner = sum((g * v).sum() for g, v in zip(first, vectors, strict=True))
     second = torch.autograd.grad(inner, leaves, allow_unused=True)
-    return [torch.zeros_like(x) if s is None else s for x, s in zip(inputs, second)]
+    return [torch.zeros_like(x) if s is None else s for x, s in zip(inputs, second, strict=True)]
 
 
 def ms_hessian_vector(op, inputs, weight, vectors, mode: str) -> list:
@@ -204,8 +207,8 @@ def ms_hessian_vector(op, inputs, weight, vectors, mode: str) -> list:
         grads = first(*args)
         grads = grads if isinstance(grads, tuple) else (grads,)
         total = 0.0
-        for g, v in zip(grads, ms_vectors):
-            total = total + (g * v).sum()
+        for i in range(len(ms_vectors)):  # compiled in GRAPH mode: no zip(strict=)
+            total = total + (grads[i] * ms_vectors[i]).sum()
         return total
 
     second = ms.grad(inner, grad_position=positions)(*to_ms(inputs))
@@ -220,7 +223,7 @@ def test_second_order_gradient_matches_torch_autograd(mode, name, constants, inp
     expected = torch_hessian_vector(reference, inputs, weight, vectors)
     got = ms_hessian_vector(ms_aten.op(name, **constants), inputs, weight, vectors, mode)
     assert len(got) == len(expected)
-    for actual, want in zip(got, expected):
+    for actual, want in zip(got, expected, strict=True):
         torch.testing.assert_close(to_torch(actual), want, rtol=1e-10, atol=1e-10)
 
 
@@ -275,7 +278,8 @@ def test_gradient_penalty_matches_torch_autograd(mode):
     (grad_x,) = torch.autograd.grad(out, leaves[0], create_graph=True)
     # beta does not reach d f/dx: its gradient is zero
     expected = [torch.zeros_like(t) if g is None else g for t, g in zip(
-        (w, gamma, beta), torch.autograd.grad((grad_x ** 2).sum(), leaves[1:], allow_unused=True))]
+        (w, gamma, beta), torch.autograd.grad((grad_x ** 2).sum(), leaves[1:], allow_unused=True),
+        strict=True)]
 
     set_mode(mode)
     grad_x_of = ms.grad(PenaltyNet(to_ms(c)), grad_position=0)

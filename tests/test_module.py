@@ -4,36 +4,19 @@ from __future__ import annotations
 import copy
 
 import mindspore as ms
+import models
 import numpy as np
 import pytest
 import torch
-from mindspore import nn, ops
+from mindspore import nn
 
 import ms_aten
-import models
-from common import set_mode
 from ms_aten.module import to_ms, to_torch
+
+from common import set_mode
 
 FACTORIES = {"gpt2": models.gpt2, "bert": models.bert, "cnn_eval": models.cnn,
              "cnn_train": lambda: models.cnn(train=True), "lstm": models.lstm}
-
-
-class LossCell(nn.Cell):
-    """The same losses as models.torch_loss, in MindSpore: the model runs in ms_aten, the loss
-    and the optimizer are MindSpore's, as in a real port."""
-
-    def __init__(self, net: nn.Cell, kind: str):
-        super().__init__()
-        self.net = net
-        self.kind = kind
-
-    def construct(self, x, target):
-        out = self.net(x)
-        if self.kind == "lm":
-            return ops.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
-        if self.kind == "class":
-            return ops.cross_entropy(out, target)
-        return ops.mse_loss(out, target)
 
 
 def case(name: str) -> models.Case:
@@ -47,7 +30,7 @@ def assert_gradients_match(grads, cell: ms_aten.TorchModule, module: torch.nn.Mo
     BatchNorm) holds only rounding noise in both, which no relative test can compare."""
     expected = {name: p.grad.numpy() for name, p in module.named_parameters()}
     scale = max(np.abs(g).max() for g in expected.values())
-    for grad, param in zip(grads, cell.trainable_params()):
+    for grad, param in zip(grads, cell.trainable_params(), strict=True):
         got = grad if isinstance(grad, np.ndarray) else grad.asnumpy()
         np.testing.assert_allclose(got, expected[param.name.removeprefix("net.")], rtol=1e-4,
                                    atol=1e-4 * scale, err_msg=param.name)
@@ -60,7 +43,7 @@ def test_forward_and_parameter_gradients_match_torch(name, mode):
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
     assert [p.name for p in cell.trainable_params()] == [n for n, _ in c.module.named_parameters()]
-    loss_cell = LossCell(cell, c.loss)
+    loss_cell = models.LossCell(cell, c.loss)
     value, grads = ms.value_and_grad(loss_cell, None, cell.trainable_params())(
         to_ms(c.inputs[0]), to_ms(c.target))
     out = models.logits(c.module(*c.inputs))
@@ -87,7 +70,7 @@ def test_adam_training_follows_torch(name, mode):
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
     optimizer = nn.Adam(cell.trainable_params(), learning_rate=lr)
-    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, optimizer.parameters)
+    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, optimizer.parameters)
 
     def step(x, target):
         loss, grads = grad_fn(x, target)
@@ -147,7 +130,7 @@ def test_dropout_backward_replays_the_forward_mask(mode):
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
     assert cell.program.random
-    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, cell.trainable_params())
+    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, cell.trainable_params())
     torch.manual_seed(7)
     value, grads = grad_fn(to_ms(c.inputs[0]), to_ms(c.target))
     # MindSpore runs kernels asynchronously: finish before torch's generator is reseeded.
@@ -184,7 +167,7 @@ def test_one_launch_per_forward_and_one_per_backward():
     before = ms_aten.launch_count()
     cell(x).asnumpy()
     assert ms_aten.launch_count() - before == 1
-    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, cell.trainable_params())
+    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, cell.trainable_params())
     grad_fn(x, target)[0].asnumpy()
     before = ms_aten.launch_count()
     grad_fn(x, target)[0].asnumpy()
@@ -241,7 +224,8 @@ def test_a_kernel_error_names_the_node_and_later_calls_work(mode):
     cell = ms_aten.module(c.module, c.inputs)
     bad = c.inputs[0].clone()
     bad[0, 0] = 1000  # beyond the vocabulary
-    with pytest.raises(RuntimeError, match=r"aten::embedding in transformer.wte.*index out of range"):
+    with pytest.raises(RuntimeError,
+                       match=r"aten::embedding in transformer.wte.*index out of range"):
         cell(to_ms(bad)).asnumpy()
     if mode == "graph":
         # MindSpore does not run a compiled graph again after one of its kernels failed

@@ -4,7 +4,7 @@ second order) equal torch autograd's; a bad input does not retire an op's out= k
 package exports its error classes."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import mindspore as ms
 import numpy as np
@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import ms_aten
-from common import BridgeKernel, set_mode, to_ms, to_torch
 from ms_aten import fast_path
+
+from common import BridgeKernel, set_mode, to_ms, to_torch
 
 g = torch.Generator().manual_seed(3)
 X, W, M = (torch.randn(shape, generator=g) for shape in [(3, 4), (3, 4), (4, 2)])

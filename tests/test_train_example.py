@@ -22,7 +22,7 @@ def load_example(name: str = "train_mlp"):
 def test_mlp_loss_falls_and_matches_pytorch(mode, steps):
     bridged, reference = load_example().main(["--steps", str(steps), "--mode", mode])
     assert bridged[-1] < 0.5 * bridged[0]
-    for step, (b, r) in enumerate(zip(bridged, reference)):
+    for step, (b, r) in enumerate(zip(bridged, reference, strict=True)):
         assert abs(b - r) <= 1e-4 * abs(r), f"step {step}: ms_aten {b} vs torch {r}"
 
 
@@ -30,5 +30,5 @@ def test_mlp_loss_falls_and_matches_pytorch(mode, steps):
 def test_gpt2_finetune_follows_pytorch(mode, steps):
     bridged, reference = load_example("finetune_gpt2").main(["--steps", str(steps), "--mode", mode])
     assert bridged[-1] < 0.9 * bridged[0]
-    for step, (b, r) in enumerate(zip(bridged, reference)):
+    for step, (b, r) in enumerate(zip(bridged, reference, strict=True)):
         assert abs(b - r) <= 1e-3 * abs(r), f"step {step}: ms_aten {b} vs torch {r}"

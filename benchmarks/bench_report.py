@@ -2,17 +2,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
-
-from bench_routes import (EMPTY_AOT, GRAPH, MS_ATEN, NATIVE, PYFUNC, PYNATIVE,  # noqa: E402
-                          SEED_AOT)
+from bench_routes import (  # noqa: E402
+    EMPTY_AOT,
+    GRAPH,
+    MS_ATEN,
+    NATIVE,
+    PYFUNC,
+    PYNATIVE,
+    SEED_AOT,
+)
 from bench_runner import OK, CaseResult, RouteResult  # noqa: E402
 
 WIN_MARGIN = 1.1  # smaller differences are within this machine's noise

@@ -169,8 +169,8 @@ MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params,
 }
 
 // Multi-output ops get entry points of their own: MindSpore chooses the return type of
-// <func>InferShape and <func>InferType (one shape, or one per output) by the op's multi_output
-// attribute, and looks both up by the kernel's name.
+// <func>InferShape (one shape, or one per output) by the op's multi_output attribute, and looks
+// the hook up by the kernel's name.
 MS_ATEN_C_API int MsAtenCallMulti(int nparam, void** params, int* ndims, int64_t** shapes,
                                   const char** dtypes, void* stream, void* extra) {
   return MsAtenCall(nparam, params, ndims, shapes, dtypes, stream, extra);
@@ -200,6 +200,17 @@ int ms_aten_infer_shapes(const char* spec, int64_t site, const int* ndims,
   return infer_barrier([&] { return ms_aten::infer_shapes(spec, site, ndims, shapes); }, emit,
                        context, error, error_size);
 }
+
+MS_ATEN_C_API int ms_aten_kernel_uses_out(const void* kernel) {
+  if (kernel == nullptr) return -1;
+  return static_cast<const ms_aten::Kernel*>(kernel)->uses_out() ? 1 : 0;
+}
+
+MS_ATEN_C_API const char* ms_aten_kernel_name(const void* kernel) {
+  return kernel_name(static_cast<const ms_aten::Kernel*>(kernel));
+}
+
+MS_ATEN_C_API int64_t ms_aten_launch_count() { return ms_aten::launch_count(); }
 
 MS_ATEN_C_API void ms_aten_set_num_threads(int n) { ms_aten::set_num_threads(n); }
 MS_ATEN_C_API int ms_aten_get_num_threads() { return ms_aten::num_threads(); }

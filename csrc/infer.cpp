@@ -207,8 +207,8 @@ std::vector<TensorMeta> infer_unknown_dims(const OpCall& call,
 }
 
 std::vector<TensorMeta> compute(const OpCall& call, const std::vector<TensorMeta>& inputs) {
-  if (call.kind() == SpecKind::kVjp) {  // one gradient per forward input, shaped like it
-    const int n_forward = call.forward_input_count(static_cast<int>(inputs.size()));
+  if (call.kind() == SpecKind::kVjp) {  // one gradient per leading input, shaped like it
+    const int n_forward = call.vjp_output_count(static_cast<int>(inputs.size()));
     if (n_forward < 0 || n_forward > static_cast<int>(inputs.size())) {
       throw std::runtime_error("ms_aten op '" + call.name() + "' (backward): " +
                                std::to_string(inputs.size()) + " inputs do not fit the op");

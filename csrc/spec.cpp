@@ -1,8 +1,10 @@
 #include "spec.h"
 
+#include <array>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "ms_ext.h"
 
@@ -99,11 +101,17 @@ std::vector<int> list_members(const std::string& token, bool optional) {
   return members;
 }
 
-SpecKind parse_kind(const std::string& spec, const std::string& word) {
+SpecKind parse_kind(const std::string& spec, const std::string& word, int* order) {
   if (word == "call") return SpecKind::kCall;
   if (word == "out") return SpecKind::kOut;
   if (word == "inplace") return SpecKind::kInplace;
-  if (word == "vjp") return SpecKind::kVjp;
+  if (word.rfind("vjp", 0) == 0) {
+    const std::string digits = word.substr(3);
+    const bool valid = digits.empty() || (digits.find_first_not_of("0123456789") ==
+                                              std::string::npos && digits.size() < 3);
+    *order = !valid ? 0 : digits.empty() ? 1 : std::stoi(digits);
+    if (*order >= 1) return SpecKind::kVjp;
+  }
   fail(spec, "unknown kind '" + word + "'");
 }
 
@@ -112,7 +120,7 @@ SpecKind parse_kind(const std::string& spec, const std::string& word) {
 OpCall::OpCall(const std::string& spec) {
   const auto words = split(spec, ' ');
   if (words.size() < 4) fail(spec, "expected '<kind> <op> <overload> <outputs> <args...>'");
-  kind_ = parse_kind(spec, words[0]);
+  kind_ = parse_kind(spec, words[0], &order_);
   const std::string overload = words[2] == "." ? "" : words[2];
   name_ = words[1] + (overload.empty() ? "" : "." + overload);
   // Only names that torch's dispatcher knows can be called: the spec carries no code.
@@ -175,17 +183,49 @@ OpCall::OpCall(const std::string& spec) {
   if (has_list_ && has_explicit_list_) fail(spec, "a variable-length list beside explicit ones");
 }
 
+namespace {
+
+// The order-k VJP takes m(k) tensors and returns m(k-1), where m(-1) = the forward's outputs,
+// m(0) = its inputs and m(j) = m(j-1) + m(j-2). Each m(j) is a(j) * inputs + b(j) * outputs;
+// returns {a, b} of m(k-1), m(k) and m(k+1).
+std::array<std::pair<int64_t, int64_t>, 3> vjp_counts(int order) {
+  int64_t a_prev = 0, b_prev = 1, a = 1, b = 0;  // m(-1), m(0)
+  for (int j = 0; j < order; ++j) {
+    std::tie(a_prev, b_prev, a, b) = std::make_tuple(a, b, a + a_prev, b + b_prev);
+  }
+  return {{{a_prev, b_prev}, {a, b}, {a + a_prev, b + b_prev}}};
+}
+
+}  // namespace
+
+bool OpCall::vjp_tensor_counts(int64_t total, int64_t a, int64_t b, int64_t* n_in,
+                               int64_t* n_out) const {
+  // One of the two counts is fixed by the spec; the other follows from total = a*in + b*out.
+  *n_in = fixed_inputs_;
+  *n_out = fixed_outputs_;
+  if (has_list_) {
+    *n_in = (total - b * *n_out) % a == 0 ? (total - b * *n_out) / a : -1;
+  } else if (*n_out < 0) {
+    *n_out = b != 0 && (total - a * *n_in) % b == 0 ? (total - a * *n_in) / b : -1;
+  }
+  return *n_in >= 0 && *n_out >= 0 && a * *n_in + b * *n_out == total;
+}
+
 int OpCall::input_count(int nparam) const {
-  if (kind_ == SpecKind::kVjp) {
-    // nparam = forward inputs + output gradients (the VJP's inputs) + input gradients.
-    const int forward_inputs = has_list_ ? (nparam - fixed_outputs_) / 2 : fixed_inputs_;
-    return nparam - forward_inputs;
+  if (kind_ == SpecKind::kVjp) {  // nparam = m(k+1): the VJP's inputs, then its outputs
+    const auto counts = vjp_counts(order_);
+    int64_t n_in = 0, n_out = 0;
+    if (!vjp_tensor_counts(nparam, counts[2].first, counts[2].second, &n_in, &n_out)) return -1;
+    return static_cast<int>(counts[1].first * n_in + counts[1].second * n_out);
   }
   return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;
 }
 
-int OpCall::forward_input_count(int vjp_inputs) const {
-  return has_list_ ? vjp_inputs - fixed_outputs_ : fixed_inputs_;
+int OpCall::vjp_output_count(int vjp_inputs) const {
+  const auto counts = vjp_counts(order_);
+  int64_t n_in = 0, n_out = 0;
+  if (!vjp_tensor_counts(vjp_inputs, counts[1].first, counts[1].second, &n_in, &n_out)) return -1;
+  return static_cast<int>(counts[0].first * n_in + counts[0].second * n_out);
 }
 
 int OpCall::input_index(int slot_index, int list_len) const {

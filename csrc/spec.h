@@ -2,6 +2,7 @@
 //
 // The spec is a primitive attribute written by ms_aten/spec.py: space-separated tokens,
 //   <kind> <qualified op name> <overload or "."> <output count or "*"> <argument>...
+// where <kind> is call, out, or vjp / vjp<k> (the order-k vector-Jacobian product, csrc/grad.h),
 // with one argument token per schema argument, in schema order:
 //   t<j>        the j-th call-time tensor (Tensor or Tensor?)
 //   T           a Tensor[] filled by the variable-length run of call-time tensors
@@ -38,15 +39,17 @@ class OpCall {
   explicit OpCall(const std::string& spec);
 
   SpecKind kind() const { return kind_; }
+  // For a VJP spec, how many times the op is differentiated (vjp: 1, vjp2: 2, ...); else 0.
+  int order() const { return order_; }
   const std::string& name() const { return name_; }
   const c10::OperatorHandle& op() const { return *op_; }
 
   // The number of call-time tensors, given the total number of MindSpore parameters
   // (inputs + outputs) of a launch.
   int input_count(int nparam) const;
-  // For a vjp spec: how many of the VJP's `vjp_inputs` inputs are the forward's call-time
-  // tensors (the rest are one gradient per forward output).
-  int forward_input_count(int vjp_inputs) const;
+  // For a vjp spec: how many tensors the VJP returns for `vjp_inputs` inputs (one gradient
+  // for each of the first that many inputs), or -1 when the count does not fit the op.
+  int vjp_output_count(int vjp_inputs) const;
   // The number of MindSpore outputs of a launch.
   int output_count(int nparam) const { return nparam - input_count(nparam); }
 
@@ -69,6 +72,8 @@ class OpCall {
   bool explicit_slots() const;
 
  private:
+  // The forward's input and output counts for `total` = a * inputs + b * outputs tensors.
+  bool vjp_tensor_counts(int64_t total, int64_t a, int64_t b, int64_t* n_in, int64_t* n_out) const;
   // Where a Tensor slot's tensor sits among the call-time tensors; those after the list shift.
   int input_index(int slot_index, int list_len) const;
 
@@ -85,6 +90,7 @@ class OpCall {
             int list_len, const std::vector<at::Tensor>& outputs) const;
 
   SpecKind kind_;
+  int order_ = 0;
   std::string name_;  // "aten::max.dim", for messages
   std::optional<c10::OperatorHandle> op_;  // set by the constructor; the type has no default
   int fixed_outputs_ = -1;     // -1: the op returns Tensor[] and the count comes from nparam

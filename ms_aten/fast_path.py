@@ -17,10 +17,11 @@ import shutil
 import sys
 import time
 import warnings
-from functools import lru_cache
+from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import mindspore as ms
 from mindspore import Tensor
@@ -77,7 +78,7 @@ def build() -> Path:
     return path
 
 
-@lru_cache(maxsize=None)
+@cache
 def _module() -> ModuleType | None:
     """The loaded fast-path module, or None (missing: silently; unusable: with a warning)."""
     if not MODULE_PATH.is_file():
@@ -85,6 +86,8 @@ def _module() -> ModuleType | None:
     module = sys.modules.get(MODULE_NAME)  # an extension module initializes once per process
     if module is None:
         spec = importlib.util.spec_from_file_location(MODULE_NAME, MODULE_PATH)
+        # A ".so" path always gets an ExtensionFileLoader.
+        assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
@@ -155,14 +158,15 @@ def call(op: AtenOp, *args: Tensor | Sequence[Tensor]) -> Tensor | tuple[Tensor,
     RuntimeError naming the op, at the next sync point (PYNATIVE launches asynchronously).
     """
     state = _state(op)
-    flat = args
+    flat: Sequence[Any] = args
     if state.has_list:
-        flat = []
+        expanded: list[Any] = []
         for arg in args:
             if isinstance(arg, (tuple, list)):
-                flat.extend(arg)
+                expanded.extend(arg)
             else:
-                flat.append(arg)
+                expanded.append(arg)
+        flat = expanded
     try:
         # Hashing a MindSpore dtype costs ~1 us, its id almost nothing (see dtypes_seen).
         key = tuple([(x.shape, id(x.dtype)) for x in flat])

@@ -1,28 +1,112 @@
-"""Backward of a bridged op: a second bridged kernel that runs torch autograd (csrc/grad.cpp)."""
+"""Backward of a bridged op, of any order: bridged kernels that run torch autograd (csrc/grad.h).
+
+The forward op's bprop calls the order-1 VJP kernel; each VJP kernel's bprop calls the next
+order's, built when MindSpore first asks for it (ms.grad of ms.grad), so gradients of gradients
+(gradient penalties, Hessian-vector products) work in both modes.
+
+Call structure. MindSpore hands a bprop the primitive's arguments as they were passed: a
+Tensor[] argument is one tuple. The order-k VJP is called with its own arguments (those of the
+order-(k-1) function), then the cotangents of that function's outputs grouped as the
+order-(k-2) function's arguments are (a tuple for a tuple), so every bprop has a fixed number of
+parameters. The kernels see the same tensors flattened (csrc/grad.h has the counts).
+"""
 from __future__ import annotations
 
 import linecache
-from typing import Callable
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from mindspore import ops
 
 from . import _lib
 from .binding import Binding
-from .infer import CppInferred
+from .infer import CppInferred, graph_mode
+
+
+def _as_tuple(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _regroup(flat: tuple, like: tuple) -> tuple:
+    """flat (one tensor per tensor in `like`) grouped as `like` is: a tuple (or list) of n in
+    `like` gets a tuple of the next n tensors. Written for MindSpore's GRAPH-mode compiler."""
+    grouped: tuple = ()
+    i = 0
+    for arg in like:
+        if isinstance(arg, (tuple, list)):
+            grouped = grouped + (flat[i:i + len(arg)],)
+            i = i + len(arg)
+        else:
+            grouped = grouped + (flat[i],)
+            i = i + 1
+    return grouped
+
+
+def _expands_dout(binding: Binding) -> bool:
+    """Whether the forward's dout is passed on one tensor per output (a fixed number of outputs
+    of mixed dtypes), rather than as one argument: one tensor, or a Tensor[] return's tuple,
+    whose tensors share a dtype as a GRAPH-mode tuple input must."""
+    return len(binding.schema.returns) > 1 and not binding.returns_list
+
+
+def _arity(binding: Binding, order: int) -> int:
+    """How many arguments the order-`order` function takes (0: the forward op)."""
+    before, current = (len(binding.schema.returns) if _expands_dout(binding) else 1,
+                       len(binding.slots))
+    for _ in range(order):
+        before, current = current, current + before
+    return current
+
+
+def _output_count(binding: Binding, order: int) -> int | None:
+    """How many gradients the order-`order` VJP returns: m(order-1) of csrc/grad.h, or None
+    where it varies with the call (a Tensor[] argument, or a Tensor[] return past order 1)."""
+    (a_prev, b_prev), (a, b) = (0, 1), (1, 0)  # m(-1) = outputs, m(0) = inputs of the forward
+    for _ in range(order):
+        (a_prev, b_prev), (a, b) = (a, b), (a + a_prev, b + b_prev)
+    if binding.list_position is not None or (binding.returns_list and b_prev):
+        return None
+    return a_prev * len(binding.slots) + b_prev * len(binding.schema.returns)
 
 
 class AtenVjp(CppInferred):
-    """Inputs: the forward's call-time tensors, then one gradient per forward output.
-    Outputs: one gradient per forward call-time tensor, shaped and typed like it (the
-    library's C++ inference, csrc/infer.cpp, says so; so does MindSpore with unknown sizes)."""
+    """The order-`order` VJP of a bridged op. Inputs: the order-(order-1) function's inputs
+    (order 1: the forward's call-time tensors), then one gradient per its output. Outputs: one
+    gradient per order-(order-1) input, shaped and typed like it (so says the library's C++
+    shape inference, csrc/infer.cpp, for unknown sizes too)."""
 
-    def __init__(self, binding: Binding):
-        multi_output = binding.list_position is not None or len(binding.slots) != 1
-        super().__init__(binding, binding.spec("vjp"), f"{binding.name} (backward)",
-                         multi_output, _lib.current_target())
+    bprop: Bprop | None  # set by ops.Custom.__init__; get_bprop builds it
+
+    def __init__(self, binding: Binding, order: int = 1, device_target: str | None = None):
+        self.order = order
+        target = device_target or _lib.current_target()  # retarget() changes it
+        name = f"{binding.name} (backward{'' if order == 1 else f' of order {order}'})"
+        super().__init__(binding, binding.spec("vjp" if order == 1 else f"vjp{order}"), name,
+                         _output_count(binding, order) != 1, target)
+        if target != _lib.current_target():
+            ops.Custom.set_device(self, target)
 
     def check_count(self, shapes) -> None:
-        """Any count: the forward's inputs, then its outputs' gradients."""
+        """Any count: the kernel checks it against the op (csrc/spec.h)."""
+
+    def get_bprop(self) -> Callable:
+        """This VJP's own bprop, the next order's VJP: built the first time MindSpore asks."""
+        if self.bprop is None:
+            if self.binding.list_position is not None and not graph_mode():
+                # PYNATIVE reaches this Custom route only without the fast-path module; there
+                # MindSpore 2.10 fails on a bprop that returns a Tensor[]'s gradients as a
+                # nested tuple once it records it for a higher order (a ValueError of its own).
+                raise RuntimeError(
+                    f"ms_aten: {self.binding.name}: gradients of order {self.order + 1} of ops "
+                    f"with a Tensor[] input need GRAPH mode or the PYNATIVE fast path (build it "
+                    f"with `python -m ms_aten.fast_path`)")
+            self.bprop = _vjp_bprop(self)
+        elif self.bprop.vjp.device_target != self.device_target:
+            from .op import retarget  # op.py imports this module
+
+            retarget(self.bprop.vjp, self.device_target)
+        return self.bprop
+
 
 
 def with_arity(arity: int, gradients: Callable) -> Callable:
@@ -40,31 +124,49 @@ def with_arity(arity: int, gradients: Callable) -> Callable:
               f"    return bprop\n")
     filename = f"<ms_aten bprop/{arity}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"__name__": __name__}
+    namespace: dict[str, Any] = {"__name__": __name__}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (fixed template)
     # MindSpore resolves a bprop's free variables from its closure, not from globals.
     return namespace["make"](gradients)
 
 
-def make_bprop(binding: Binding) -> Callable:
-    """The bprop MindSpore calls as bprop(*inputs, out, dout), in both modes.
+class Bprop(Protocol):
+    """A bprop that carries its VJP kernel (AtenOp.set_device moves it with the forward)."""
 
-    It must stay within what MindSpore's GRAPH mode can compile: tuple slicing, star-args.
+    vjp: AtenVjp
+
+    def __call__(self, *args: Any) -> Any: ...
+
+
+def make_bprop(binding: Binding) -> Bprop:
+    """The forward op's bprop, which MindSpore calls as bprop(*inputs, out, dout), in both
+    modes.
+
+    It, and _vjp_bprop's, must stay within what MindSpore's GRAPH mode can compile: tuple
+    slicing, star-args, loops over tuples.
     """
     vjp = AtenVjp(binding)
-    n_slots = len(binding.slots)
-    list_at = binding.list_position
-    multi_out = binding.returns_list or len(binding.schema.returns) > 1
+    expand_dout = _expands_dout(binding)
 
     def gradients(inputs: tuple, out, dout):
-        grads = vjp(*inputs, *dout) if multi_out else vjp(*inputs, dout)
-        if not isinstance(grads, tuple):
-            grads = (grads,)
-        if list_at is None:
-            return grads  # one gradient per input
-        n_list = len(inputs[list_at])
-        return grads[:list_at] + (grads[list_at:list_at + n_list],) + grads[list_at + n_list:]
+        cotangents = dout if expand_dout else (dout,)
+        return _regroup(_as_tuple(vjp(*inputs, *cotangents)), inputs)
 
-    bprop = with_arity(len(binding.slots), gradients)
+    bprop = cast(Bprop, with_arity(_arity(binding, 0), gradients))
     bprop.vjp = vjp  # AtenOp.set_device moves the backward kernel along with the forward
+    return bprop
+
+
+def _vjp_bprop(vjp: AtenVjp) -> Bprop:
+    """The bprop of an order-k VJP: the order-(k+1) VJP, called with the order-k one's arguments
+    and the cotangents of its outputs, grouped as the order-(k-1) function's arguments."""
+    next_vjp = AtenVjp(vjp.binding, vjp.order + 1, vjp.device_target)
+    n_like = _arity(vjp.binding, vjp.order - 1)
+
+    def gradients(inputs: tuple, out, dout):
+        cotangents = _regroup(_as_tuple(dout), inputs[:n_like])
+        return _regroup(_as_tuple(next_vjp(*inputs, *cotangents)), inputs)
+
+    bprop = cast(Bprop, with_arity(_arity(vjp.binding, vjp.order), gradients))
+    bprop.vjp = next_vjp
     return bprop

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from functools import lru_cache
-from typing import Any, Sequence
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
 
 import mindspore as ms
 from mindspore import context, ops
@@ -43,7 +44,7 @@ def unique_id() -> int:
     return next(_uids)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _infer_function():
     function = _lib.library().ms_aten_infer
     shapes = ctypes.POINTER(ctypes.POINTER(ctypes.c_int64))
@@ -78,7 +79,8 @@ def group_inputs(binding: Binding, flat: Sequence[Any]) -> list[Any]:
 def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
     """Shapes and dtypes of MindSpore's infer arguments, tuple inputs expanded as the kernel
     receives them. A tuple input carries a tuple of dtypes; a tensor, one dtype."""
-    shapes, types = [], []
+    shapes: list[Shape] = []
+    types: list[Any] = []
     for arg in args:
         if isinstance(arg["dtype"], (tuple, list)):
             shapes.extend(arg["shape"])
@@ -212,9 +214,12 @@ class CppInferred(ops.Custom):
 
 def flat_tensors(args: Sequence[Any]) -> list[Any]:
     """Call-time arguments with tuple (tensor-list) arguments expanded."""
-    flat = []
+    flat: list[Any] = []
     for arg in args:
-        flat.extend(arg) if isinstance(arg, (tuple, list)) else flat.append(arg)
+        if isinstance(arg, (tuple, list)):
+            flat.extend(arg)
+        else:
+            flat.append(arg)
     return flat
 
 

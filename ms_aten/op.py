@@ -8,8 +8,12 @@ from mindspore import ops
 from . import _lib, fast_path
 from .binding import Binding
 from .grad import make_bprop
-from .infer import CppInferred, MetaInfer, graph_mode
-from .infer import unique_id  # noqa: F401 (function.py imports it from here)
+from .infer import (
+    CppInferred,
+    MetaInfer,
+    graph_mode,
+    unique_id,  # noqa: F401 (function.py imports it from here)
+)
 from .schema import inplace_variant, out_variant, resolve
 
 

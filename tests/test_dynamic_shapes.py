@@ -10,8 +10,9 @@ import torch.nn.functional as F
 from mindspore import Parameter, Tensor, nn
 
 import ms_aten
-from common import assert_same, run, set_mode, to_ms
 from ms_aten.infer import CppInferred, ShapeInferenceError
+
+from common import assert_same, run, set_mode, to_ms
 
 IN, OUT = 16, 8
 BATCHES = [(2, 3), (4, 5), (1, 7)]
@@ -107,10 +108,12 @@ def test_block_compiles_once_and_runs_many_shapes(mode, checks):
     params = weights()
     net = Block(params)
     net.set_inputs(Tensor(shape=[None, None, IN], dtype=ms.float32))
+    after_first = 0
     for i, batch in enumerate(BATCHES):
         x = randn(*batch, IN)
         assert_same(net(to_ms(x)), torch_block(x, params), **TOLERANCE)
-        after_first = len(checks) if i == 0 else after_first
+        if i == 0:
+            after_first = len(checks)
     assert_compiled_once(mode, checks, after_first)
 
 
@@ -120,15 +123,17 @@ def test_block_gradients_under_unknown_sizes(mode, checks):
     net = Block(params)
     grad = Grad(Loss(net), 0, net.trainable_params())
     grad.set_inputs(Tensor(shape=[None, None, IN], dtype=ms.float32))
+    after_first = 0
     for i, batch in enumerate(BATCHES):
         x = randn(*batch, IN).requires_grad_(True)
         leaves = {k: v.clone().requires_grad_(True) for k, v in params.items()}
         (torch_block(x, leaves) ** 2).sum().backward()
         dx, dweights = grad(to_ms(x.detach()))
         assert_same(dx, x.grad, **TOLERANCE)
-        for name, got in zip(["w", "b", "ln_w", "ln_b"], dweights):
+        for name, got in zip(["w", "b", "ln_w", "ln_b"], dweights, strict=True):
             assert_same(got, leaves[name].grad, **TOLERANCE)
-        after_first = len(checks) if i == 0 else after_first
+        if i == 0:
+            after_first = len(checks)
     assert_compiled_once(mode, checks, after_first)
 
 
@@ -180,13 +185,15 @@ def test_tensor_lists_and_multi_output_ops(mode, checks):
     net = ListsAndTuples()
     unknown = Tensor(shape=[None, 4], dtype=ms.float32)
     net.set_inputs(unknown, unknown)
+    after_first = 0
     for i, (shape_a, shape_b) in enumerate(LIST_SHAPES):
         a, b = randn(*shape_a), randn(*shape_b) * 2
         got = net(to_ms(a), to_ms(b))
         expected = torch_lists(a, b)
         assert_same(got[:5], expected[:5])
         assert_same(got[5], tuple(expected[5]))
-        after_first = len(checks) if i == 0 else after_first
+        if i == 0:
+            after_first = len(checks)
     assert_compiled_once(mode, checks, after_first)
 
 
@@ -195,12 +202,14 @@ def test_tensor_lists_and_multi_output_gradients(mode, checks):
     grad = Grad(ListsLoss(), (0, 1))
     unknown = Tensor(shape=[None, 4], dtype=ms.float32)
     grad.set_inputs(unknown, unknown)
+    after_first = 0
     for i, (shape_a, shape_b) in enumerate(LIST_SHAPES):
         a = randn(*shape_a).requires_grad_(True)
         b = (randn(*shape_b) * 2).requires_grad_(True)
         torch_lists_loss(a, b).backward()
         assert_same(grad(to_ms(a.detach()), to_ms(b.detach())), (a.grad, b.grad), **TOLERANCE)
-        after_first = len(checks) if i == 0 else after_first
+        if i == 0:
+            after_first = len(checks)
     assert_compiled_once(mode, checks, after_first)
 
 

@@ -260,6 +260,18 @@ def test_unknown_rank_an_op_cannot_handle_is_an_error():
     assert_still_works()
 
 
+def test_shape_error_at_run_time_names_the_op():
+    # Compiles (the placeholder size fits), then the library's shape hook refuses one launch's
+    # real size; MindSpore will not run that graph again after a failed step (its own rule).
+    net = unknown_cell(ms_aten.op("narrow", dim=0, start=0, length=4), [None, 4])
+    x = randn(6, 4)
+    assert_same(net(to_ms(x)), x[:4])
+    with pytest.raises(RuntimeError, match=r"ms_aten op 'aten::narrow': start \(0\) \+ length "
+                                           r"\(4\) exceeds dimension size \(2\)"):
+        net(to_ms(randn(2, 4)))
+    assert_still_works()
+
+
 def test_value_dependent_shape_under_unknown_sizes_is_refused_by_name():
     net = unknown_cell(ms_aten.op("nonzero"), [None, 4])
     with pytest.raises(ShapeInferenceError, match=r"'aten::nonzero'.*depends on input values"):

@@ -6,6 +6,7 @@
 import torch  # noqa: F401  (first: libms_aten.so needs libtorch loaded)
 
 from ._lib import library as _library
+from ._version import __version__
 from .op import AtenOp, op
 from .threads import configure_from_environment as _configure_threads
 from .threads import get_num_threads, set_num_threads
@@ -13,5 +14,4 @@ from .threads import get_num_threads, set_num_threads
 _library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
 
-__all__ = ["AtenOp", "get_num_threads", "op", "set_num_threads"]
-__version__ = "0.1.0"
+__all__ = ["AtenOp", "__version__", "get_num_threads", "op", "set_num_threads"]

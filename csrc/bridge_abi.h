@@ -21,11 +21,19 @@ extern "C" {
 // launch instead, because MindSpore reports a failing Init only as "CreateKernel".
 MS_ATEN_C_API void* ms_aten_kernel_create(const char* spec, const char* error);
 MS_ATEN_C_API void ms_aten_kernel_destroy(void* kernel);
+// Why the kernel's spec could not be decoded, or NULL when it was: lets Python check a spec
+// (a whole program's above all) before anything launches.
+MS_ATEN_C_API const char* ms_aten_kernel_error(const void* kernel);
 // Launches a kernel on CPU buffers (inputs, then outputs). Returns 0, or 1 with the failure's
 // message in error[0 .. error_size).
 MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params, int* ndims,
                                         int64_t** shapes, const char** dtypes, char* error,
                                         size_t error_size);
+// 1 if the kernel's launches write through its out= overload, 0 if they take the functional one
+// (it has none, or the out= overload proved unsound), -1 for NULL.
+MS_ATEN_C_API int ms_aten_kernel_uses_out(const void* kernel);
+// The kernel's name for messages ("aten::mm", "aten::mm (backward)"), valid while it lives.
+MS_ATEN_C_API const char* ms_aten_kernel_name(const void* kernel);
 
 // Implemented on the MindSpore side (extra_abi0.cpp). Never throws.
 // The state that MsAtenCallInit attached to MindSpore's AotExtra, or NULL.

@@ -71,6 +71,12 @@ void* ms_aten_kernel_create(const char* spec, const char* error) {
 
 void ms_aten_kernel_destroy(void* kernel) { delete static_cast<ms_aten::Kernel*>(kernel); }
 
+const char* ms_aten_kernel_error(const void* kernel) {
+  const auto* k = static_cast<const ms_aten::Kernel*>(kernel);
+  if (k == nullptr) return "no kernel";
+  return k->error().empty() ? nullptr : k->error().c_str();
+}
+
 // MindSpore AOT signatures, one per backend. params: inputs then outputs; ndims/shapes/dtypes
 // describe each; stream: the device stream MindSpore ordered the kernel on (unused on CPU);
 // extra: MindSpore's AotExtra, holding the kernel state from <name>Init (extra_abi0.cpp).
@@ -116,6 +122,17 @@ MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params,
   }
   return 1;
 }
+
+MS_ATEN_C_API int ms_aten_kernel_uses_out(const void* kernel) {
+  if (kernel == nullptr) return -1;
+  return static_cast<const ms_aten::Kernel*>(kernel)->uses_out() ? 1 : 0;
+}
+
+MS_ATEN_C_API const char* ms_aten_kernel_name(const void* kernel) {
+  return kernel_name(static_cast<const ms_aten::Kernel*>(kernel));
+}
+
+MS_ATEN_C_API int64_t ms_aten_launch_count() { return ms_aten::launch_count(); }
 
 MS_ATEN_C_API void ms_aten_set_num_threads(int n) { ms_aten::set_num_threads(n); }
 MS_ATEN_C_API int ms_aten_get_num_threads() { return ms_aten::num_threads(); }

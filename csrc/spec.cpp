@@ -3,15 +3,21 @@
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "ms_ext.h"
 
 namespace ms_aten {
 namespace {
 
-[[noreturn]] void fail(const std::string& spec, const std::string& why) {
-  throw std::invalid_argument("malformed op spec '" + spec + "': " + why);
+double to_double(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size()) throw std::invalid_argument("bad float '" + text + "'");
+  return value;
 }
+
+}  // namespace
 
 std::string unescape(const std::string& text) {
   std::string out;
@@ -39,13 +45,6 @@ int64_t to_int(const std::string& text) {
   size_t used = 0;
   const int64_t value = std::stoll(text, &used);
   if (used != text.size()) throw std::invalid_argument("bad int '" + text + "'");
-  return value;
-}
-
-double to_double(const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size()) throw std::invalid_argument("bad float '" + text + "'");
   return value;
 }
 
@@ -79,10 +78,38 @@ c10::IValue constant(const std::string& token) {
   }
 }
 
-SpecKind parse_kind(const std::string& spec, const std::string& word) {
+namespace {
+
+[[noreturn]] void fail(const std::string& spec, const std::string& why) {
+  throw std::invalid_argument("malformed op spec '" + spec + "': " + why);
+}
+
+// The members of a T[i,j,..] / Q[i,_,..] token: indices, -1 for `_` (Q only).
+std::vector<int> list_members(const std::string& token, bool optional) {
+  if (token.size() < 3 || token[1] != '[' || token.back() != ']') {
+    throw std::invalid_argument("bad list token '" + token + "'");
+  }
+  std::vector<int> members;
+  for (const auto& part : split(token.substr(2, token.size() - 3), ',')) {
+    if (part == "_" && optional) {
+      members.push_back(-1);
+    } else {
+      members.push_back(static_cast<int>(to_int(part)));
+    }
+  }
+  return members;
+}
+
+SpecKind parse_kind(const std::string& spec, const std::string& word, int* order) {
   if (word == "call") return SpecKind::kCall;
   if (word == "out") return SpecKind::kOut;
-  if (word == "vjp") return SpecKind::kVjp;
+  if (word.rfind("vjp", 0) == 0) {
+    const std::string digits = word.substr(3);
+    const bool valid = digits.empty() || (digits.find_first_not_of("0123456789") ==
+                                              std::string::npos && digits.size() < 3);
+    *order = !valid ? 0 : digits.empty() ? 1 : std::stoi(digits);
+    if (*order >= 1) return SpecKind::kVjp;
+  }
   fail(spec, "unknown kind '" + word + "'");
 }
 
@@ -91,7 +118,7 @@ SpecKind parse_kind(const std::string& spec, const std::string& word) {
 OpCall::OpCall(const std::string& spec) {
   const auto words = split(spec, ' ');
   if (words.size() < 4) fail(spec, "expected '<kind> <op> <overload> <outputs> <args...>'");
-  kind_ = parse_kind(spec, words[0]);
+  kind_ = parse_kind(spec, words[0], &order_);
   const std::string overload = words[2] == "." ? "" : words[2];
   name_ = words[1] + (overload.empty() ? "" : "." + overload);
   // Only names that torch's dispatcher knows can be called: the spec carries no code.
@@ -110,29 +137,37 @@ OpCall::OpCall(const std::string& spec) {
       if (token.empty()) fail(spec, "empty token");
       switch (token[0]) {
         case 't':
-          slots_.push_back({SlotKind::kTensor, static_cast<int>(to_int(token.substr(1)))});
+          slots_.push_back({SlotKind::kTensor, static_cast<int>(to_int(token.substr(1))), {}});
           ++fixed_inputs_;
           break;
         case 'T':
-        case 'Q':
-          if (has_list_) fail(spec, "more than one tensor list");
+        case 'Q': {
+          const SlotKind kind = token[0] == 'T' ? SlotKind::kTensorList : SlotKind::kOptTensorList;
+          if (token.size() > 1) {  // T[i,j,..] / Q[i,_,..]
+            auto members = list_members(token, kind == SlotKind::kOptTensorList);
+            for (const int m : members) fixed_inputs_ += m >= 0;
+            has_explicit_list_ = true;
+            slots_.push_back({kind, 0, std::move(members)});
+            break;
+          }
+          if (has_list_) fail(spec, "more than one variable-length tensor list");
           has_list_ = true;
           list_start_ = fixed_inputs_;
-          slots_.push_back({token[0] == 'T' ? SlotKind::kTensorList : SlotKind::kOptTensorList,
-                            fixed_inputs_});
+          slots_.push_back({kind, fixed_inputs_, std::nullopt});
           break;
+        }
         case 'o':
-          slots_.push_back({SlotKind::kOutput, static_cast<int>(to_int(token.substr(1)))});
+          slots_.push_back({SlotKind::kOutput, static_cast<int>(to_int(token.substr(1))), {}});
           break;
         case 'D': {
           const auto& arg = op_->schema().arguments()[i - 4];
           if (!arg.default_value()) fail(spec, "argument '" + arg.name() + "' has no default");
-          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size())});
+          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size()), {}});
           constants_.push_back(*arg.default_value());
           break;
         }
         default:
-          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size())});
+          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size()), {}});
           constants_.push_back(constant(token));
       }
     }
@@ -142,13 +177,28 @@ OpCall::OpCall(const std::string& spec) {
     fail(spec, e.what());
   }
   if (has_list_ && fixed_outputs_ < 0) fail(spec, "both the inputs and the outputs vary in number");
+  // Indices after a variable-length run shift by its length; explicit ones never do.
+  if (has_list_ && has_explicit_list_) fail(spec, "a variable-length list beside explicit ones");
 }
 
 int OpCall::input_count(int nparam) const {
   if (kind_ == SpecKind::kVjp) {
-    // nparam = forward inputs + output gradients (the VJP's inputs) + input gradients.
-    const int forward_inputs = has_list_ ? (nparam - fixed_outputs_) / 2 : fixed_inputs_;
-    return nparam - forward_inputs;
+    // The order-k VJP takes m(k) tensors and returns m(k-1), where m(-1) = the forward's
+    // outputs, m(0) = its inputs and m(j) = m(j-1) + m(j-2); so nparam = m(k+1). Each m(j) is
+    // a(j) * inputs + b(j) * outputs, and one of the two counts is fixed by the spec.
+    int64_t a_prev = 0, b_prev = 1, a = 1, b = 0;  // m(-1), m(0)
+    for (int j = 0; j < order_; ++j) {
+      std::tie(a_prev, b_prev, a, b) = std::make_tuple(a, b, a + a_prev, b + b_prev);
+    }
+    const int64_t a_all = a + a_prev, b_all = b + b_prev;  // m(k+1)
+    int64_t n_in = fixed_inputs_, n_out = fixed_outputs_;
+    if (has_list_) {
+      n_in = (nparam - b_all * n_out) % a_all == 0 ? (nparam - b_all * n_out) / a_all : -1;
+    } else if (n_out < 0) {
+      n_out = (nparam - a_all * n_in) % b_all == 0 ? (nparam - a_all * n_in) / b_all : -1;
+    }
+    if (n_in < 0 || n_out < 0 || a_all * n_in + b_all * n_out != nparam) return -1;
+    return static_cast<int>(a * n_in + b * n_out);
   }
   return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;
 }
@@ -175,6 +225,39 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
                                 std::to_string(inputs.size()));
   }
   std::vector<c10::IValue> stack;
+  fill(stack, inputs, list_len, outputs);
+  return stack;
+}
+
+std::vector<c10::IValue> OpCall::stack_over(const std::vector<at::Tensor>& values) const {
+  std::vector<c10::IValue> stack;
+  fill(stack, values, 0, {});
+  return stack;
+}
+
+bool OpCall::explicit_slots() const {
+  for (const Slot& slot : slots_) {
+    const bool list = slot.kind == SlotKind::kTensorList || slot.kind == SlotKind::kOptTensorList;
+    if (slot.kind == SlotKind::kOutput || (list && !slot.members)) return false;
+  }
+  return true;
+}
+
+std::vector<int> OpCall::tensor_indices() const {
+  std::vector<int> indices;
+  for (const Slot& slot : slots_) {
+    if (slot.kind == SlotKind::kTensor) indices.push_back(slot.index);
+    if (slot.members) {
+      for (const int m : *slot.members) {
+        if (m >= 0) indices.push_back(m);
+      }
+    }
+  }
+  return indices;
+}
+
+void OpCall::fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>& inputs,
+                  int list_len, const std::vector<at::Tensor>& outputs) const {
   stack.reserve(slots_.size());
   for (const Slot& slot : slots_) {
     switch (slot.kind) {
@@ -187,19 +270,28 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
       }
       case SlotKind::kTensorList: {
         c10::List<at::Tensor> list;
-        for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        if (slot.members) {
+          for (const int m : *slot.members) list.push_back(inputs.at(m));
+        } else {
+          for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        }
         stack.emplace_back(std::move(list));
         break;
       }
       case SlotKind::kOptTensorList: {
         c10::List<std::optional<at::Tensor>> list;
-        for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        if (slot.members) {
+          for (const int m : *slot.members) {
+            list.push_back(m >= 0 ? std::optional<at::Tensor>(inputs.at(m)) : std::nullopt);
+          }
+        } else {
+          for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        }
         stack.emplace_back(std::move(list));
         break;
       }
     }
   }
-  return stack;
 }
 
 }  // namespace ms_aten

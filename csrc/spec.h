@@ -2,10 +2,13 @@
 //
 // The spec is a primitive attribute written by ms_aten/spec.py: space-separated tokens,
 //   <kind> <qualified op name> <overload or "."> <output count or "*"> <argument>...
+// where <kind> is call, out, or vjp / vjp<k> (the order-k vector-Jacobian product, csrc/grad.h),
 // with one argument token per schema argument, in schema order:
 //   t<j>        the j-th call-time tensor (Tensor or Tensor?)
 //   T           a Tensor[] filled by the variable-length run of call-time tensors
 //   Q           a Tensor?[] filled the same way (every entry present)
+//   T[i,j,..]   a Tensor[] of the call-time tensors i, j, ... (any number of such lists)
+//   Q[i,_,..]   a Tensor?[] the same way, `_` for a None entry
 //   o<k>        the k-th MindSpore output buffer (out= argument of an out variant)
 //   N           None            D         the schema's default
 //   b0 b1       bool            i<int>    int            f<double>  float
@@ -24,11 +27,19 @@ namespace ms_aten {
 
 enum class SpecKind { kCall, kOut, kVjp };
 
+// Token helpers shared with program.cpp.
+std::vector<std::string> split(const std::string& text, char sep);
+std::string unescape(const std::string& text);  // %XX escapes
+int64_t to_int(const std::string& text);
+c10::IValue constant(const std::string& token);  // a constant argument token (N, b1, i3, ...)
+
 class OpCall {
  public:
   explicit OpCall(const std::string& spec);
 
   SpecKind kind() const { return kind_; }
+  // For a VJP spec, how many times the op is differentiated (vjp: 1, vjp2: 2, ...); else 0.
+  int order() const { return order_; }
   const std::string& name() const { return name_; }
   const c10::OperatorHandle& op() const { return *op_; }
 
@@ -47,6 +58,15 @@ class OpCall {
   std::vector<c10::IValue> stack(const std::vector<at::Tensor>& inputs,
                                  const std::vector<at::Tensor>& outputs) const;
 
+  // The stack of a program node (program.h): every tensor slot names its index in `values`
+  // (t<j>, T[..], Q[..]); a variable-length list or an out= slot is an error at decode time.
+  std::vector<c10::IValue> stack_over(const std::vector<at::Tensor>& values) const;
+
+  // The indices into `values` this call reads (for a program's value lifetimes and checks).
+  std::vector<int> tensor_indices() const;
+  // Whether every tensor slot is indexed explicitly (no T/Q run, no out= slot).
+  bool explicit_slots() const;
+
  private:
   // Where a Tensor slot's tensor sits among the call-time tensors; those after the list shift.
   int input_index(int slot_index, int list_len) const;
@@ -55,14 +75,22 @@ class OpCall {
   struct Slot {
     SlotKind kind;
     int index;  // call-time tensor index in schema order, or output index
+    // A list with explicit members (T[..] / Q[..]): their indices, -1 for None; a list
+    // without them takes the variable-length run.
+    std::optional<std::vector<int>> members;
   };
 
+  void fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>& inputs,
+            int list_len, const std::vector<at::Tensor>& outputs) const;
+
   SpecKind kind_;
+  int order_ = 0;
   std::string name_;  // "aten::max.dim", for messages
   std::optional<c10::OperatorHandle> op_;  // set by the constructor; the type has no default
   int fixed_outputs_ = -1;     // -1: the op returns Tensor[] and the count comes from nparam
   int fixed_inputs_ = 0;       // call-time tensors outside a list
   bool has_list_ = false;      // one Tensor[] / Tensor?[] takes the remaining inputs
+  bool has_explicit_list_ = false;  // some T[..] / Q[..] list names its members
   int list_start_ = 0;         // index of the list's first tensor among the call-time tensors
   std::vector<c10::IValue> constants_;
   std::vector<Slot> slots_;

@@ -5,13 +5,22 @@
 """
 import torch  # noqa: F401  (first: libms_aten.so needs libtorch loaded)
 
+from ._lib import launch_count
 from ._lib import library as _library
 from ._version import __version__
+from .build import BuildError
+from .constants import ConstantError
+from .function import AtenFunction, function
+from .infer import ShapeInferenceError
+from .module import TorchModule, module
 from .op import AtenOp, op
+from .program import CaptureError
 from .threads import configure_from_environment as _configure_threads
 from .threads import get_num_threads, set_num_threads
 
 _library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
 
-__all__ = ["AtenOp", "__version__", "get_num_threads", "op", "set_num_threads"]
+__all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "ConstantError",
+           "ShapeInferenceError", "TorchModule", "__version__", "function", "get_num_threads",
+           "launch_count", "module", "op", "set_num_threads"]

@@ -61,3 +61,11 @@ def current_target() -> str:
     import mindspore as ms
 
     return ms.get_context("device_target")
+
+
+def launch_count() -> int:
+    """How many ms_aten kernel launches this process made (forwards, backwards, programs):
+    a whole-model forward is one."""
+    lib = library()
+    lib.ms_aten_launch_count.restype = ctypes.c_int64
+    return int(lib.ms_aten_launch_count())

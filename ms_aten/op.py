@@ -15,6 +15,12 @@ from .schema import out_variant, resolve
 _uids = itertools.count()
 
 
+def unique_id() -> int:
+    """A fresh `ms_aten_uid` attribute value. MindSpore's PyNative kernel cache keys on func
+    and attributes; a per-object id keeps two ops from sharing a kernel they must not share."""
+    return next(_uids)
+
+
 class AtenOp(ops.Custom):
     """A MindSpore primitive that runs one ATen op through libms_aten.so's MsAtenCall."""
 
@@ -25,9 +31,7 @@ class AtenOp(ops.Custom):
         super().__init__(_lib.kernel(self.device_target), out_shape=self._shapes,
                          out_dtype=self._dtypes, func_type="aot", bprop=bprop)
         self.add_prim_attr(SPEC_ATTR, spec)
-        # MindSpore's PyNative kernel cache keys on func and attributes; a per-object id keeps
-        # two ops from sharing a kernel they must not share.
-        self.add_prim_attr("ms_aten_uid", next(_uids))
+        self.add_prim_attr("ms_aten_uid", unique_id())
 
     def __call__(self, *args):
         # PYNATIVE on CPU: the pyboost fast path (ms_aten/fast_path.py), about 20x cheaper per

@@ -46,9 +46,10 @@ void check_host_buffers(const std::vector<at::Tensor>& tensors) {
     host = host && !is_cuda_device_memory(data);
 #endif
     if (!host) {
-      throw std::runtime_error(c10::str("buffer ", i, " at ", data,
-                                        " is not host memory, but this is the CPU kernel; is the "
-                                        "op's device (op.set_device) the one its tensors live on?"));
+      throw std::runtime_error(
+          c10::str("buffer ", i, " at ", data,
+                   " is not host memory, but this is the CPU kernel; is the "
+                   "op's device (op.set_device) the one its tensors live on?"));
     }
   }
 }

@@ -19,8 +19,8 @@ from typing import Any, Protocol, cast
 from mindspore import ops
 
 from . import _lib
-from .binding import SPEC_ATTR, Binding
-from .infer import flatten_infer_args, graph_mode
+from .binding import Binding
+from .infer import CppInferred, graph_mode
 
 
 def _as_tuple(value) -> tuple:
@@ -58,44 +58,36 @@ def _arity(binding: Binding, order: int) -> int:
     return current
 
 
-def _counts(binding: Binding, order: int, n_tensors: int) -> tuple[int, int]:
-    """(inputs, outputs) of the order-`order` VJP kernel given its n_tensors inputs: m(order)
-    and m(order-1) of csrc/grad.h, solved as csrc/spec.cpp's OpCall::input_count does."""
+def _output_count(binding: Binding, order: int) -> int | None:
+    """How many gradients the order-`order` VJP returns: m(order-1) of csrc/grad.h, or None
+    where it varies with the call (a Tensor[] argument, or a Tensor[] return past order 1)."""
     (a_prev, b_prev), (a, b) = (0, 1), (1, 0)  # m(-1) = outputs, m(0) = inputs of the forward
     for _ in range(order):
         (a_prev, b_prev), (a, b) = (a, b), (a + a_prev, b + b_prev)
-    if binding.list_position is None:
-        n_in = len(binding.slots)
-        n_out = (n_tensors - a * n_in) // b if binding.returns_list else len(binding.schema.returns)
-    else:
-        n_out = len(binding.schema.returns)
-        n_in = (n_tensors - b * n_out) // a
-    return a * n_in + b * n_out, a_prev * n_in + b_prev * n_out
+    if binding.list_position is not None or (binding.returns_list and b_prev):
+        return None
+    return a_prev * len(binding.slots) + b_prev * len(binding.schema.returns)
 
 
-class AtenVjp(ops.Custom):
+class AtenVjp(CppInferred):
     """The order-`order` VJP of a bridged op. Inputs: the order-(order-1) function's inputs
     (order 1: the forward's call-time tensors), then one gradient per its output. Outputs: one
-    gradient per order-(order-1) input, shaped and typed like it."""
+    gradient per order-(order-1) input, shaped and typed like it (so says the library's C++
+    shape inference, csrc/infer.cpp, for unknown sizes too)."""
 
     bprop: Bprop | None  # set by ops.Custom.__init__; get_bprop builds it
 
     def __init__(self, binding: Binding, order: int = 1, device_target: str | None = None):
-        self.binding = binding
         self.order = order
-        self.device_target = device_target or _lib.current_target()  # retarget() changes it
-        super().__init__(_lib.kernel(self.device_target), out_shape=self._unused,
-                         out_dtype=self._unused, func_type="aot")
-        self.add_prim_attr(SPEC_ATTR, binding.spec("vjp" if order == 1 else f"vjp{order}"))
-        if self.device_target != _lib.current_target():
-            ops.Custom.set_device(self, self.device_target)
+        target = device_target or _lib.current_target()  # retarget() changes it
+        name = f"{binding.name} (backward{'' if order == 1 else f' of order {order}'})"
+        super().__init__(binding, binding.spec("vjp" if order == 1 else f"vjp{order}"), name,
+                         _output_count(binding, order) != 1, target)
+        if target != _lib.current_target():
+            ops.Custom.set_device(self, target)
 
-    def __infer__(self, *args: dict) -> dict:
-        shapes, types = flatten_infer_args(args)
-        _, n_out = _counts(self.binding, self.order, len(shapes))
-        if n_out == 1:
-            return {"shape": shapes[0], "dtype": types[0], "value": None}
-        return {"shape": tuple(shapes[:n_out]), "dtype": tuple(types[:n_out]), "value": None}
+    def check_count(self, shapes) -> None:
+        """Any count: the kernel checks it against the op (csrc/spec.h)."""
 
     def get_bprop(self) -> Callable:
         """This VJP's own bprop, the next order's VJP: built the first time MindSpore asks."""
@@ -115,8 +107,6 @@ class AtenVjp(ops.Custom):
             retarget(self.bprop.vjp, self.device_target)
         return self.bprop
 
-    def _unused(self, *args):
-        raise AssertionError("unreachable: AtenVjp.__infer__ infers shapes")
 
 
 def with_arity(arity: int, gradients: Callable) -> Callable:

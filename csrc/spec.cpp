@@ -1,9 +1,12 @@
 #include "spec.h"
 
+#include <ATen/ScalarOps.h>
+
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 
+#include "bridge_abi.h"
 #include "ms_ext.h"
 
 namespace ms_aten {
@@ -49,6 +52,38 @@ double to_double(const std::string& text) {
   return value;
 }
 
+// A number where the schema takes a Tensor, as torch's Python binding and TorchScript pass one:
+// a 0-dim CPU tensor of the number's own kind (double, int64, bool or complex double) marked
+// as a wrapped number, so that type promotion treats it as a Python scalar (a float16 tensor
+// plus 1.0 stays float16).
+at::Tensor wrapped_number(const c10::Scalar& value) {
+  at::Tensor tensor = c10::scalar_to_tensor(value);
+  tensor.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return tensor;
+}
+
+c10::IValue constant(const std::string& token);
+
+c10::IValue wrapped_constant(const std::string& body) {
+  if (body.empty()) throw std::invalid_argument("'W' needs a number (W then b, i or f)");
+  const c10::IValue value = constant(body);
+  if (value.isBool()) return wrapped_number(value.toBool());
+  if (value.isInt()) return wrapped_number(value.toInt());
+  if (value.isDouble()) return wrapped_number(value.toDouble());
+  throw std::invalid_argument("'W" + body + "' is not a wrapped number (W then b, i or f)");
+}
+
+// The call-time indices of an explicit list token ("T0,_,2" -> {0, -1, 2}); `_` (None) only
+// in a Tensor?[].
+std::vector<int> list_indices(const std::string& body, bool optional) {
+  std::vector<int> indices;
+  for (const auto& part : split(body, ',')) {
+    if (part == "_" && !optional) throw std::invalid_argument("a Tensor[] entry cannot be None");
+    indices.push_back(part == "_" ? -1 : static_cast<int>(to_int(part)));
+  }
+  return indices;
+}
+
 c10::IValue constant(const std::string& token) {
   const char tag = token[0];
   const std::string body = token.substr(1);
@@ -59,6 +94,7 @@ c10::IValue constant(const std::string& token) {
     case 'f': return c10::IValue(to_double(body));
     case 's': return c10::IValue(unescape(body));
     case 'y': return c10::IValue(ms_dtype_to_scalar_type(body.c_str()));
+    case 'W': return wrapped_constant(body);
     case 'd': return c10::IValue(c10::Device(unescape(body)));
     case 'I': {
       std::vector<int64_t> values;
@@ -110,17 +146,28 @@ OpCall::OpCall(const std::string& spec) {
       if (token.empty()) fail(spec, "empty token");
       switch (token[0]) {
         case 't':
-          slots_.push_back({SlotKind::kTensor, static_cast<int>(to_int(token.substr(1)))});
+        case 'w':
+          slots_.push_back({token[0] == 't' ? SlotKind::kTensor : SlotKind::kWrapped,
+                            static_cast<int>(to_int(token.substr(1)))});
           ++fixed_inputs_;
           break;
         case 'T':
-        case 'Q':
-          if (has_list_) fail(spec, "more than one tensor list");
+        case 'Q': {
+          const bool optional = token[0] == 'Q';
+          if (token.size() > 1) {  // an explicit list of call-time tensors
+            Slot slot{optional ? SlotKind::kIndexedOptList : SlotKind::kIndexedList, 0,
+                      list_indices(token.substr(1), optional)};
+            for (const int index : slot.indices) fixed_inputs_ += index >= 0;
+            slots_.push_back(std::move(slot));
+            break;
+          }
+          if (has_list_) fail(spec, "more than one variable-length tensor list");
           has_list_ = true;
           list_start_ = fixed_inputs_;
-          slots_.push_back({token[0] == 'T' ? SlotKind::kTensorList : SlotKind::kOptTensorList,
+          slots_.push_back({optional ? SlotKind::kOptTensorList : SlotKind::kTensorList,
                             fixed_inputs_});
           break;
+        }
         case 'o':
           slots_.push_back({SlotKind::kOutput, static_cast<int>(to_int(token.substr(1)))});
           break;
@@ -150,6 +197,7 @@ int OpCall::input_count(int nparam) const {
     const int forward_inputs = has_list_ ? (nparam - fixed_outputs_) / 2 : fixed_inputs_;
     return nparam - forward_inputs;
   }
+  if (returns_nothing()) return nparam - 1;  // one placeholder output
   return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;
 }
 
@@ -185,6 +233,26 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
         stack.emplace_back(inputs.at(input_index(slot.index, list_len)));
         break;
       }
+      case SlotKind::kWrapped:
+        stack.emplace_back(wrapped_number(inputs.at(input_index(slot.index, list_len)).item()));
+        break;
+      case SlotKind::kIndexedList: {
+        c10::List<at::Tensor> list;
+        for (const int index : slot.indices) {
+          list.push_back(inputs.at(input_index(index, list_len)));
+        }
+        stack.emplace_back(std::move(list));
+        break;
+      }
+      case SlotKind::kIndexedOptList: {
+        c10::List<std::optional<at::Tensor>> list;
+        for (const int index : slot.indices) {
+          list.push_back(index < 0 ? std::optional<at::Tensor>()
+                                 : inputs.at(input_index(index, list_len)));
+        }
+        stack.emplace_back(std::move(list));
+        break;
+      }
       case SlotKind::kTensorList: {
         c10::List<at::Tensor> list;
         for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
@@ -203,3 +271,13 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
 }
 
 }  // namespace ms_aten
+
+// For ms_aten/infer.py, through ctypes: marks the 0-dim tensor behind `tensor_impl` (a torch
+// Tensor's _cdata, a fake tensor's during shape inference) as a wrapped number, as the kernel's
+// w<j> and W tokens make theirs; torch has no Python call for it. Returns 0, or 1 (not 0-dim).
+extern "C" MS_ATEN_C_API int ms_aten_mark_wrapped_number(void* tensor_impl) {
+  auto* impl = static_cast<c10::TensorImpl*>(tensor_impl);
+  if (impl == nullptr || impl->dim() != 0) return 1;
+  impl->set_wrapped_number(true);
+  return 0;
+}

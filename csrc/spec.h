@@ -1,16 +1,25 @@
 // An op spec, decoded once per kernel into a ready-to-call form.
 //
-// The spec is a primitive attribute written by ms_aten/spec.py: space-separated tokens,
-//   <kind> <qualified op name> <overload or "."> <output count or "*"> <argument>...
-// with one argument token per schema argument, in schema order:
+// The spec is a primitive attribute written by ms_aten/binding.py: space-separated tokens,
+//   <kind> <qualified op name> <overload or "."> <output count, "*" or "0"> <argument>...
+// An output count of "*" means the op returns Tensor[] and MindSpore's buffers say how many;
+// "0" means it returns nothing, and MindSpore gives it one placeholder output that stays unused.
+// One argument token per schema argument, in schema order:
 //   t<j>        the j-th call-time tensor (Tensor or Tensor?)
+//   w<j>        the j-th call-time tensor holds a Python number: a wrapped number, as torch
+//               makes one (c10::scalar_to_tensor of its value, set_wrapped_number)
 //   T           a Tensor[] filled by the variable-length run of call-time tensors
 //   Q           a Tensor?[] filled the same way (every entry present)
+//   T<i>,<j>..  a Tensor[] of the given call-time tensors
+//   Q<i>,_,<j>  a Tensor?[] of the given call-time tensors, `_` for a None entry
 //   o<k>        the k-th MindSpore output buffer (out= argument of an out variant)
 //   N           None            D         the schema's default
 //   b0 b1       bool            i<int>    int            f<double>  float
 //   s<%-escaped> string          I<a,b,..> int list       F<a,b,..>  float list
 //   B<0,1,..>   bool list       y<dtype>  ScalarType     d<%-esc.>  Device
+//   W<b|i|f..>  a constant number in a Tensor slot, wrapped as w<j> is
+// A spec has at most one variable-length list; the call-time tensors after it shift by its
+// length.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -37,6 +46,8 @@ class OpCall {
   int input_count(int nparam) const;
   // The number of MindSpore outputs of a launch.
   int output_count(int nparam) const { return nparam - input_count(nparam); }
+  // The op returns nothing: its one MindSpore output is a placeholder (output count "0").
+  bool returns_nothing() const { return fixed_outputs_ == 0; }
 
   // The call-time tensor index that fills schema argument `name` (a plain Tensor or Tensor?
   // slot) when `n_inputs` tensors are given, or -1.
@@ -51,17 +62,20 @@ class OpCall {
   // Where a Tensor slot's tensor sits among the call-time tensors; those after the list shift.
   int input_index(int slot_index, int list_len) const;
 
-  enum class SlotKind { kConst, kTensor, kTensorList, kOptTensorList, kOutput };
+  enum class SlotKind {
+    kConst, kTensor, kWrapped, kTensorList, kOptTensorList, kIndexedList, kIndexedOptList, kOutput
+  };
   struct Slot {
     SlotKind kind;
     int index;  // call-time tensor index in schema order, or output index
+    std::vector<int> indices = {};  // kIndexed*: call-time tensor indices, -1 for None
   };
 
   SpecKind kind_;
   std::string name_;  // "aten::max.dim", for messages
   std::optional<c10::OperatorHandle> op_;  // set by the constructor; the type has no default
   int fixed_outputs_ = -1;     // -1: the op returns Tensor[] and the count comes from nparam
-  int fixed_inputs_ = 0;       // call-time tensors outside a list
+  int fixed_inputs_ = 0;       // call-time tensors outside a variable-length list
   bool has_list_ = false;      // one Tensor[] / Tensor?[] takes the remaining inputs
   int list_start_ = 0;         // index of the list's first tensor among the call-time tensors
   std::vector<c10::IValue> constants_;

@@ -21,6 +21,9 @@ extern "C" {
 // launch instead, because MindSpore reports a failing Init only as "CreateKernel".
 MS_ATEN_C_API void* ms_aten_kernel_create(const char* spec, const char* error);
 MS_ATEN_C_API void ms_aten_kernel_destroy(void* kernel);
+// Why the kernel's spec could not be decoded, or NULL when it was: lets Python check a spec
+// (a whole program's above all) before anything launches.
+MS_ATEN_C_API const char* ms_aten_kernel_error(const void* kernel);
 // Launches a kernel on CPU buffers (inputs, then outputs). Returns 0, or 1 with the failure's
 // message in error[0 .. error_size).
 MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params, int* ndims,

@@ -71,6 +71,12 @@ void* ms_aten_kernel_create(const char* spec, const char* error) {
 
 void ms_aten_kernel_destroy(void* kernel) { delete static_cast<ms_aten::Kernel*>(kernel); }
 
+const char* ms_aten_kernel_error(const void* kernel) {
+  const auto* k = static_cast<const ms_aten::Kernel*>(kernel);
+  if (k == nullptr) return "no kernel";
+  return k->error().empty() ? nullptr : k->error().c_str();
+}
+
 // MindSpore AOT signatures, one per backend. params: inputs then outputs; ndims/shapes/dtypes
 // describe each; stream: the device stream MindSpore ordered the kernel on (unused on CPU);
 // extra: MindSpore's AotExtra, holding the kernel state from <name>Init (extra_abi0.cpp).

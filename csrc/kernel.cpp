@@ -17,10 +17,14 @@ Kernel::Kernel(std::unique_ptr<OpCall> call, std::unique_ptr<OpCall> out, std::s
                 : "ms_aten";
 }
 
+Kernel::Kernel(std::unique_ptr<Program> program)
+    : program_(std::move(program)), name_(program_->name()) {}
+
 Kernel* Kernel::create(const char* spec, const char* error) noexcept {
   try {
     if (error != nullptr) return new Kernel(nullptr, nullptr, error);
     const std::string text(spec);
+    if (text.rfind("program ", 0) == 0) return new Kernel(std::make_unique<Program>(text));
     const size_t split = text.find(';');
     auto call = std::make_unique<OpCall>(text.substr(0, split));
     auto out = split == std::string::npos ? nullptr
@@ -50,13 +54,13 @@ int num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
 
 void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                     c10::Device device) const {
-  if (!call_) throw std::runtime_error(error_);
+  if (!call_ && !program_) throw std::runtime_error(error_);
   // OpenMP's thread count is a per-thread setting, and MindSpore launches kernels from its own
   // worker threads: apply the configured count in whichever thread runs this launch.
   if (const int wanted = num_threads(); wanted > 0 && at::get_num_threads() != wanted) {
     at::set_num_threads(wanted);
   }
-  const int n_in = call_->input_count(nparam);
+  const int n_in = program_ ? program_->input_count(nparam) : call_->input_count(nparam);
   if (n_in < 0 || n_in > nparam) {
     throw std::invalid_argument("got " + std::to_string(nparam) +
                                 " buffers, which does not fit the op's inputs and outputs");
@@ -65,6 +69,7 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   if (device.is_cpu()) check_host_buffers(tensors);
   std::vector<at::Tensor> inputs(tensors.begin(), tensors.begin() + n_in);
   std::vector<at::Tensor> outputs(tensors.begin() + n_in, tensors.end());
+  if (program_) return program_->run(inputs, outputs);
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
   if (out_ && !out_unsound_.load(std::memory_order_relaxed)) {
     if (try_out(inputs, outputs)) return;

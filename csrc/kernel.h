@@ -1,7 +1,8 @@
 // One MindSpore kernel instance: a decoded op spec plus the launch logic for its kind.
 //
 // The primitive attribute holds one spec, or two separated by ';': the functional call, then
-// the out= overload to try first.
+// the out= overload to try first; or a whole program (program.h), whose spec starts with
+// "program".
 #pragma once
 
 #include <atomic>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "program.h"
 #include "spec.h"
 
 namespace ms_aten {
@@ -21,9 +23,12 @@ class Kernel {
   void launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
               c10::Device device) const;
   const std::string& name() const { return name_; }
+  // The reason the spec could not be decoded, or "" (ms_aten_kernel_error).
+  const std::string& error() const { return error_; }
 
  private:
   Kernel(std::unique_ptr<OpCall> call, std::unique_ptr<OpCall> out, std::string error);
+  explicit Kernel(std::unique_ptr<Program> program);
 
   void run_call(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
   // False when the out= kernel resized, re-allocated or failed; the outputs are then suspect.
@@ -31,6 +36,7 @@ class Kernel {
 
   std::unique_ptr<OpCall> call_;
   std::unique_ptr<OpCall> out_;
+  std::unique_ptr<Program> program_;
   // Set once the out= overload proved unusable here while the functional one worked (torch's
   // mse_loss.out resizes its output, for one): later launches go straight to the functional.
   mutable std::atomic<bool> out_unsound_{false};

@@ -12,9 +12,14 @@
 namespace ms_aten {
 namespace {
 
-[[noreturn]] void fail(const std::string& spec, const std::string& why) {
-  throw std::invalid_argument("malformed op spec '" + spec + "': " + why);
+double to_double(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size()) throw std::invalid_argument("bad float '" + text + "'");
+  return value;
 }
+
+}  // namespace
 
 std::string unescape(const std::string& text) {
   std::string out;
@@ -45,13 +50,6 @@ int64_t to_int(const std::string& text) {
   return value;
 }
 
-double to_double(const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (end != text.c_str() + text.size()) throw std::invalid_argument("bad float '" + text + "'");
-  return value;
-}
-
 // A number where the schema takes a Tensor, as torch's Python binding and TorchScript pass one:
 // a 0-dim CPU tensor of the number's own kind (double, int64, bool or complex double) marked
 // as a wrapped number, so that type promotion treats it as a Python scalar (a float16 tensor
@@ -62,7 +60,7 @@ at::Tensor wrapped_number(const c10::Scalar& value) {
   return tensor;
 }
 
-c10::IValue constant(const std::string& token);
+namespace {
 
 c10::IValue wrapped_constant(const std::string& body) {
   if (body.empty()) throw std::invalid_argument("'W' needs a number (W then b, i or f)");
@@ -73,16 +71,7 @@ c10::IValue wrapped_constant(const std::string& body) {
   throw std::invalid_argument("'W" + body + "' is not a wrapped number (W then b, i or f)");
 }
 
-// The call-time indices of an explicit list token ("T0,_,2" -> {0, -1, 2}); `_` (None) only
-// in a Tensor?[].
-std::vector<int> list_indices(const std::string& body, bool optional) {
-  std::vector<int> indices;
-  for (const auto& part : split(body, ',')) {
-    if (part == "_" && !optional) throw std::invalid_argument("a Tensor[] entry cannot be None");
-    indices.push_back(part == "_" ? -1 : static_cast<int>(to_int(part)));
-  }
-  return indices;
-}
+}  // namespace
 
 c10::IValue constant(const std::string& token) {
   const char tag = token[0];
@@ -113,6 +102,28 @@ c10::IValue constant(const std::string& token) {
     }
     default: throw std::invalid_argument("unknown argument token '" + token + "'");
   }
+}
+
+namespace {
+
+[[noreturn]] void fail(const std::string& spec, const std::string& why) {
+  throw std::invalid_argument("malformed op spec '" + spec + "': " + why);
+}
+
+// The members of a T[i,j,..] / Q[i,_,..] token: indices, -1 for `_` (Q only).
+std::vector<int> list_members(const std::string& token, bool optional) {
+  if (token.size() < 3 || token[1] != '[' || token.back() != ']') {
+    throw std::invalid_argument("bad list token '" + token + "'");
+  }
+  std::vector<int> members;
+  for (const auto& part : split(token.substr(2, token.size() - 3), ',')) {
+    if (part == "_" && optional) {
+      members.push_back(-1);
+    } else {
+      members.push_back(static_cast<int>(to_int(part)));
+    }
+  }
+  return members;
 }
 
 SpecKind parse_kind(const std::string& spec, const std::string& word) {
@@ -148,38 +159,37 @@ OpCall::OpCall(const std::string& spec) {
         case 't':
         case 'w':
           slots_.push_back({token[0] == 't' ? SlotKind::kTensor : SlotKind::kWrapped,
-                            static_cast<int>(to_int(token.substr(1)))});
+                            static_cast<int>(to_int(token.substr(1))), {}});
           ++fixed_inputs_;
           break;
         case 'T':
         case 'Q': {
-          const bool optional = token[0] == 'Q';
-          if (token.size() > 1) {  // an explicit list of call-time tensors
-            Slot slot{optional ? SlotKind::kIndexedOptList : SlotKind::kIndexedList, 0,
-                      list_indices(token.substr(1), optional)};
-            for (const int index : slot.indices) fixed_inputs_ += index >= 0;
-            slots_.push_back(std::move(slot));
+          const SlotKind kind = token[0] == 'T' ? SlotKind::kTensorList : SlotKind::kOptTensorList;
+          if (token.size() > 1) {  // T[i,j,..] / Q[i,_,..]
+            auto members = list_members(token, kind == SlotKind::kOptTensorList);
+            for (const int m : members) fixed_inputs_ += m >= 0;
+            has_explicit_list_ = true;
+            slots_.push_back({kind, 0, std::move(members)});
             break;
           }
           if (has_list_) fail(spec, "more than one variable-length tensor list");
           has_list_ = true;
           list_start_ = fixed_inputs_;
-          slots_.push_back({optional ? SlotKind::kOptTensorList : SlotKind::kTensorList,
-                            fixed_inputs_});
+          slots_.push_back({kind, fixed_inputs_, std::nullopt});
           break;
         }
         case 'o':
-          slots_.push_back({SlotKind::kOutput, static_cast<int>(to_int(token.substr(1)))});
+          slots_.push_back({SlotKind::kOutput, static_cast<int>(to_int(token.substr(1))), {}});
           break;
         case 'D': {
           const auto& arg = op_->schema().arguments()[i - 4];
           if (!arg.default_value()) fail(spec, "argument '" + arg.name() + "' has no default");
-          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size())});
+          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size()), {}});
           constants_.push_back(*arg.default_value());
           break;
         }
         default:
-          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size())});
+          slots_.push_back({SlotKind::kConst, static_cast<int>(constants_.size()), {}});
           constants_.push_back(constant(token));
       }
     }
@@ -189,6 +199,8 @@ OpCall::OpCall(const std::string& spec) {
     fail(spec, e.what());
   }
   if (has_list_ && fixed_outputs_ < 0) fail(spec, "both the inputs and the outputs vary in number");
+  // Indices after a variable-length run shift by its length; explicit ones never do.
+  if (has_list_ && has_explicit_list_) fail(spec, "a variable-length list beside explicit ones");
 }
 
 int OpCall::input_count(int nparam) const {
@@ -223,6 +235,41 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
                                 std::to_string(inputs.size()));
   }
   std::vector<c10::IValue> stack;
+  fill(stack, inputs, list_len, outputs);
+  return stack;
+}
+
+std::vector<c10::IValue> OpCall::stack_over(const std::vector<at::Tensor>& values) const {
+  std::vector<c10::IValue> stack;
+  fill(stack, values, 0, {});
+  return stack;
+}
+
+bool OpCall::explicit_slots() const {
+  for (const Slot& slot : slots_) {
+    const bool list = slot.kind == SlotKind::kTensorList || slot.kind == SlotKind::kOptTensorList;
+    if (slot.kind == SlotKind::kOutput || (list && !slot.members)) return false;
+  }
+  return true;
+}
+
+std::vector<int> OpCall::tensor_indices() const {
+  std::vector<int> indices;
+  for (const Slot& slot : slots_) {
+    if (slot.kind == SlotKind::kTensor || slot.kind == SlotKind::kWrapped) {
+      indices.push_back(slot.index);
+    }
+    if (slot.members) {
+      for (const int m : *slot.members) {
+        if (m >= 0) indices.push_back(m);
+      }
+    }
+  }
+  return indices;
+}
+
+void OpCall::fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>& inputs,
+                  int list_len, const std::vector<at::Tensor>& outputs) const {
   stack.reserve(slots_.size());
   for (const Slot& slot : slots_) {
     switch (slot.kind) {
@@ -236,45 +283,37 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
       case SlotKind::kWrapped:
         stack.emplace_back(wrapped_number(inputs.at(input_index(slot.index, list_len)).item()));
         break;
-      case SlotKind::kIndexedList: {
-        c10::List<at::Tensor> list;
-        for (const int index : slot.indices) {
-          list.push_back(inputs.at(input_index(index, list_len)));
-        }
-        stack.emplace_back(std::move(list));
-        break;
-      }
-      case SlotKind::kIndexedOptList: {
-        c10::List<std::optional<at::Tensor>> list;
-        for (const int index : slot.indices) {
-          list.push_back(index < 0 ? std::optional<at::Tensor>()
-                                 : inputs.at(input_index(index, list_len)));
-        }
-        stack.emplace_back(std::move(list));
-        break;
-      }
       case SlotKind::kTensorList: {
         c10::List<at::Tensor> list;
-        for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        if (slot.members) {
+          for (const int m : *slot.members) list.push_back(inputs.at(m));
+        } else {
+          for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        }
         stack.emplace_back(std::move(list));
         break;
       }
       case SlotKind::kOptTensorList: {
         c10::List<std::optional<at::Tensor>> list;
-        for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        if (slot.members) {
+          for (const int m : *slot.members) {
+            list.push_back(m >= 0 ? std::optional<at::Tensor>(inputs.at(m)) : std::nullopt);
+          }
+        } else {
+          for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+        }
         stack.emplace_back(std::move(list));
         break;
       }
     }
   }
-  return stack;
 }
 
 }  // namespace ms_aten
 
 // For ms_aten/infer.py, through ctypes: marks the 0-dim tensor behind `tensor_impl` (a torch
-// Tensor's _cdata, a fake tensor's during shape inference) as a wrapped number, as the kernel's
-// w<j> and W tokens make theirs; torch has no Python call for it. Returns 0, or 1 (not 0-dim).
+// Tensor's _cdata) as a wrapped number, as the w<j> and W tokens make theirs; torch has no
+// Python call for it. Returns 0, or 1 when it is not a 0-dim tensor.
 extern "C" MS_ATEN_C_API int ms_aten_mark_wrapped_number(void* tensor_impl) {
   auto* impl = static_cast<c10::TensorImpl*>(tensor_impl);
   if (impl == nullptr || impl->dim() != 0) return 1;

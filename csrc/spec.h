@@ -10,16 +10,14 @@
 //               makes one (c10::scalar_to_tensor of its value, set_wrapped_number)
 //   T           a Tensor[] filled by the variable-length run of call-time tensors
 //   Q           a Tensor?[] filled the same way (every entry present)
-//   T<i>,<j>..  a Tensor[] of the given call-time tensors
-//   Q<i>,_,<j>  a Tensor?[] of the given call-time tensors, `_` for a None entry
+//   T[i,j,..]   a Tensor[] of the call-time tensors i, j, ... (any number of such lists)
+//   Q[i,_,..]   a Tensor?[] the same way, `_` for a None entry
 //   o<k>        the k-th MindSpore output buffer (out= argument of an out variant)
 //   N           None            D         the schema's default
 //   b0 b1       bool            i<int>    int            f<double>  float
 //   s<%-escaped> string          I<a,b,..> int list       F<a,b,..>  float list
 //   B<0,1,..>   bool list       y<dtype>  ScalarType     d<%-esc.>  Device
 //   W<b|i|f..>  a constant number in a Tensor slot, wrapped as w<j> is
-// A spec has at most one variable-length list; the call-time tensors after it shift by its
-// length.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -32,6 +30,14 @@
 namespace ms_aten {
 
 enum class SpecKind { kCall, kOut, kVjp };
+
+// Token helpers shared with program.cpp.
+std::vector<std::string> split(const std::string& text, char sep);
+std::string unescape(const std::string& text);  // %XX escapes
+int64_t to_int(const std::string& text);
+c10::IValue constant(const std::string& token);  // a constant argument token (N, b1, i3, ...)
+// A number as torch passes one for a Tensor argument: c10::scalar_to_tensor, wrapped number.
+at::Tensor wrapped_number(const c10::Scalar& value);
 
 class OpCall {
  public:
@@ -58,25 +64,38 @@ class OpCall {
   std::vector<c10::IValue> stack(const std::vector<at::Tensor>& inputs,
                                  const std::vector<at::Tensor>& outputs) const;
 
+  // The stack of a program node (program.h): every tensor slot names its index in `values`
+  // (t<j>, T[..], Q[..]); a variable-length list or an out= slot is an error at decode time.
+  std::vector<c10::IValue> stack_over(const std::vector<at::Tensor>& values) const;
+
+  // The indices into `values` this call reads (for a program's value lifetimes and checks).
+  std::vector<int> tensor_indices() const;
+  // Whether every tensor slot is indexed explicitly (no T/Q run, no out= slot).
+  bool explicit_slots() const;
+
  private:
   // Where a Tensor slot's tensor sits among the call-time tensors; those after the list shift.
   int input_index(int slot_index, int list_len) const;
 
-  enum class SlotKind {
-    kConst, kTensor, kWrapped, kTensorList, kOptTensorList, kIndexedList, kIndexedOptList, kOutput
-  };
+  enum class SlotKind { kConst, kTensor, kWrapped, kTensorList, kOptTensorList, kOutput };
   struct Slot {
     SlotKind kind;
     int index;  // call-time tensor index in schema order, or output index
-    std::vector<int> indices = {};  // kIndexed*: call-time tensor indices, -1 for None
+    // A list with explicit members (T[..] / Q[..]): their indices, -1 for None; a list
+    // without them takes the variable-length run.
+    std::optional<std::vector<int>> members;
   };
+
+  void fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>& inputs,
+            int list_len, const std::vector<at::Tensor>& outputs) const;
 
   SpecKind kind_;
   std::string name_;  // "aten::max.dim", for messages
   std::optional<c10::OperatorHandle> op_;  // set by the constructor; the type has no default
   int fixed_outputs_ = -1;     // -1: the op returns Tensor[] and the count comes from nparam
-  int fixed_inputs_ = 0;       // call-time tensors outside a variable-length list
+  int fixed_inputs_ = 0;       // call-time tensors outside a list
   bool has_list_ = false;      // one Tensor[] / Tensor?[] takes the remaining inputs
+  bool has_explicit_list_ = false;  // some T[..] / Q[..] list names its members
   int list_start_ = 0;         // index of the list's first tensor among the call-time tensors
   std::vector<c10::IValue> constants_;
   std::vector<Slot> slots_;

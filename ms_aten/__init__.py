@@ -6,12 +6,15 @@
 import torch  # noqa: F401  (first: libms_aten.so needs libtorch loaded)
 
 from ._lib import library as _library
+from .function import AtenFunction, function
+from .module import TorchModule, module
 from .op import AtenOp, op
+from .program import CaptureError
 from .threads import configure_from_environment as _configure_threads
 from .threads import get_num_threads, set_num_threads
 
 _library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
 
-__all__ = ["AtenOp", "get_num_threads", "op", "set_num_threads"]
+__all__ = ["AtenFunction", "AtenOp", "CaptureError", "TorchModule", "function", "module", "get_num_threads", "op", "set_num_threads"]
 __version__ = "0.1.0"

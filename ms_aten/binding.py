@@ -104,4 +104,4 @@ def _slot_token(kind: str, first: int, fill) -> tuple[str, int]:
     for entry in entries:
         indices.append("_" if entry == "-" else str(n))
         n += entry != "-"
-    return letter + ",".join(indices), n
+    return f"{letter}[{','.join(indices)}]", n

@@ -47,8 +47,8 @@ class AtenVjp(ops.Custom):
         raise AssertionError("unreachable: AtenVjp.__infer__ infers shapes")
 
 
-def _with_arity(arity: int, gradients: Callable) -> Callable:
-    """bprop(x0, ..., x{arity-1}, out, dout) -> gradients((x0, ...), dout).
+def with_arity(arity: int, gradients: Callable) -> Callable:
+    """bprop(x0, ..., x{arity-1}, out, dout) -> gradients((x0, ...), out, dout).
 
     GRAPH mode compiles a bprop from its source and needs exactly one parameter per input,
     so the signature is generated for each arity; its source goes into linecache, where
@@ -58,7 +58,7 @@ def _with_arity(arity: int, gradients: Callable) -> Callable:
     packed = f"({', '.join(inputs)}{',' if arity == 1 else ''})"  # a tuple, (x0,) or () too
     source = (f"def make(gradients):\n"
               f"    def bprop({', '.join([*inputs, 'out', 'dout'])}):\n"
-              f"        return gradients({packed}, dout)\n"
+              f"        return gradients({packed}, out, dout)\n"
               f"    return bprop\n")
     filename = f"<ms_aten bprop/{arity}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -84,7 +84,7 @@ def make_bprop(binding: Binding, pattern: Pattern | None = None) -> Callable:
         -1 if fill in (patterns.TENSOR, patterns.NUMBER) else patterns.items_of(fill)
         for fill in pattern if fill != patterns.OMITTED)
 
-    def gradients(inputs: tuple, dout):
+    def gradients(inputs: tuple, out, dout):
         grads = vjp(*inputs, *dout) if multi_out else vjp(*inputs, dout)
         if not isinstance(grads, tuple):
             grads = (grads,)
@@ -105,6 +105,6 @@ def make_bprop(binding: Binding, pattern: Pattern | None = None) -> Callable:
         return grads[:list_at] + (grads[list_at:list_at + n_list],) + grads[list_at + n_list:]
 
     arity = len(binding.slots) if pattern is None else len(layout)
-    bprop = _with_arity(arity, gradients)
+    bprop = with_arity(arity, gradients)
     bprop.vjp = vjp  # AtenOp.set_device moves the backward kernel along with the forward
     return bprop

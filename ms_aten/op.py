@@ -10,7 +10,7 @@ from mindspore.common import dtype as mstype
 from . import _lib, fast_path
 from . import pattern as patterns
 from .binding import SPEC_ATTR, Binding
-from .grad import _with_arity, make_bprop
+from .grad import make_bprop, with_arity
 from .infer import MetaInfer, flatten_infer_args, graph_mode
 from .pattern import Pattern
 from .schema import op_name, out_variant, resolve
@@ -20,6 +20,12 @@ _UNSET = object()
 # The one MindSpore output of an op that returns nothing (aten::_assert_async): MindSpore does
 # not launch a Custom kernel without outputs, so it gets this empty placeholder.
 PLACEHOLDER = {"shape": [0], "dtype": mstype.TensorType(mstype.bool_), "value": None}
+
+
+def unique_id() -> int:
+    """A fresh `ms_aten_uid` attribute value. MindSpore's PyNative kernel cache keys on func
+    and attributes; a per-object id keeps two ops from sharing a kernel they must not share."""
+    return next(_uids)
 
 
 class AtenOp(ops.Custom):
@@ -52,9 +58,7 @@ class AtenOp(ops.Custom):
             # Nothing uses its placeholder output: without a side effect GRAPH mode would drop
             # the op, and its check with it.
             self.add_prim_attr("side_effect_io", True)
-        # MindSpore's PyNative kernel cache keys on func and attributes; a per-object id keeps
-        # two ops from sharing a kernel they must not share.
-        self.add_prim_attr("ms_aten_uid", next(_uids))
+        self.add_prim_attr("ms_aten_uid", unique_id())
 
     def spec(self, pattern: Pattern | None) -> str:
         """The forward spec for a call pattern: the functional call, then (csrc/kernel.h) the
@@ -150,13 +154,13 @@ def _zeros_bprop(binding: Binding, pattern: Pattern | None) -> Callable:
         fill != patterns.OMITTED for fill in pattern)
     zeros_like = ops.ZerosLike()
 
-    def gradients(inputs: tuple, dout):
+    def gradients(inputs: tuple, out, dout):
         grads = ()
         for x in inputs:
             grads = grads + (zeros_like(x),)
         return grads
 
-    return _with_arity(arity, gradients)
+    return with_arity(arity, gradients)
 
 
 def retarget(custom: ops.Custom, device_target: str) -> None:

@@ -1,0 +1,287 @@
+#include "program.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/ScalarTypeToTypeMeta.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+
+#include "kernel.h"
+#include "ms_ext.h"
+
+namespace ms_aten {
+namespace {
+
+[[noreturn]] void fail(const std::string& line, const std::string& why) {
+  throw std::invalid_argument("malformed program line '" + line.substr(0, 200) + "': " + why);
+}
+
+std::vector<int> ids(const std::string& text) {
+  std::vector<int> values;
+  for (const auto& part : split(text, ',')) values.push_back(static_cast<int>(to_int(part)));
+  return values;
+}
+
+// A Python number as torch's arg parser passes it to a Tensor argument.
+at::Tensor wrapped_number(const std::string& token) {
+  const c10::IValue value = constant(token);
+  if (!value.isBool() && !value.isInt() && !value.isDouble()) {
+    throw std::invalid_argument("a number token must be b0/b1, i<int> or f<float>: " + token);
+  }
+  at::Tensor tensor = c10::scalar_to_tensor(value.toScalar());
+  tensor.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return tensor;
+}
+
+at::Tensor tensor_constant(const std::string& dtype, const std::string& shape,
+                           const std::string& hex) {
+  if (shape.empty() || shape[0] != 'I') throw std::invalid_argument("bad shape token " + shape);
+  const auto sizes = constant(shape).toIntVector();
+  at::Tensor tensor = at::empty(sizes, at::TensorOptions().dtype(ms_dtype_to_scalar_type(
+                                           dtype.c_str())));
+  const size_t nbytes = tensor.nbytes();
+  if (hex.size() != 2 * nbytes) {
+    throw std::invalid_argument("a constant of " + std::to_string(nbytes) + " bytes needs " +
+                                std::to_string(2 * nbytes) + " hex digits");
+  }
+  auto* bytes = static_cast<uint8_t*>(tensor.data_ptr());
+  for (size_t i = 0; i < nbytes; ++i) {
+    bytes[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  return tensor;
+}
+
+std::string describe(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    return c10_error->what_without_backtrace();
+  }
+  return e.what();
+}
+
+// Puts a recorded CPU generator state in place for the VJP's recompute, and restores the
+// current one after: the backward replays the forward's random draws without moving torch's
+// stream. One replay at a time; a random op that another thread runs meanwhile would draw from
+// the replayed stream (documented in the README's limits).
+class RngReplay {
+ public:
+  explicit RngReplay(const at::Tensor& state)
+      : lock_(mutex()), generator_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> generator_lock(generator_.mutex());
+    saved_ = generator_.get_state();
+    generator_.set_state(state.clone());
+  }
+  ~RngReplay() {
+    std::lock_guard<std::mutex> generator_lock(generator_.mutex());
+    generator_.set_state(saved_);
+  }
+  RngReplay(const RngReplay&) = delete;
+  RngReplay& operator=(const RngReplay&) = delete;
+
+ private:
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  std::lock_guard<std::mutex> lock_;
+  at::Generator generator_;
+  at::Tensor saved_;
+};
+
+}  // namespace
+
+Program::Program(const std::string& spec) {
+  const auto lines = split(spec, '\n');
+  if (lines.empty()) fail(spec, "empty program");
+  const auto header = split(lines[0], ' ');
+  if (header.size() != 6 || header[0] != "program" || (header[1] != "call" && header[1] != "vjp")) {
+    fail(lines[0], "expected 'program <call|vjp> <name> <n_inputs> <n_values> <rng>'");
+  }
+  is_vjp_ = header[1] == "vjp";
+  name_ = unescape(header[2]);
+  n_inputs_ = static_cast<int>(to_int(header[3]));
+  const int n_values = static_cast<int>(to_int(header[4]));
+  rng_ = header[5] == "1";
+  if (n_inputs_ < 0 || n_values < n_inputs_) fail(lines[0], "bad value counts");
+  constants_.resize(n_values);
+  differentiate_.assign(n_inputs_, false);
+
+  // Every value is defined once (an input, a constant or a node's result) before it is read.
+  std::vector<bool> defined(n_values, false);
+  std::fill(defined.begin(), defined.begin() + n_inputs_, true);
+  const auto define = [&](const std::string& line, int id) {
+    if (id < n_inputs_ || id >= n_values || defined[id]) fail(line, "bad value id " + std::to_string(id));
+    defined[id] = true;
+  };
+  std::vector<int> last_read(n_values, -1);
+  for (size_t l = 1; l < lines.size(); ++l) {
+    const std::string& line = lines[l];
+    try {
+      if (line.rfind("s ", 0) == 0 || line.rfind("k ", 0) == 0) {
+        const auto words = split(line, ' ');
+        const int id = static_cast<int>(to_int(words.at(1)));
+        define(line, id);
+        constants_[id] = line[0] == 's' ? wrapped_number(words.at(2))
+                                        : tensor_constant(words.at(2), words.at(3),
+                                                          words.size() > 4 ? words[4] : "");
+      } else if (line.rfind("n ", 0) == 0) {
+        // n <results> <label> <op spec...>: the op spec keeps its own spaces.
+        const size_t results_end = line.find(' ', 2);
+        const size_t label_end = line.find(' ', results_end + 1);
+        if (results_end == std::string::npos || label_end == std::string::npos) fail(line, "short node");
+        Node node;
+        node.label = unescape(line.substr(results_end + 1, label_end - results_end - 1));
+        if (node.label == "-") node.label.clear();  // a node outside any submodule
+        node.call = std::make_unique<OpCall>(line.substr(label_end + 1));
+        if (node.call->kind() != SpecKind::kCall || !node.call->explicit_slots()) {
+          fail(line, "a node must be a 'call' whose tensor slots name values");
+        }
+        for (const int v : node.call->tensor_indices()) {
+          if (v < 0 || v >= n_values || !defined[v]) fail(line, "reads undefined value " + std::to_string(v));
+          last_read[v] = static_cast<int>(nodes_.size());
+        }
+        const std::string results = line.substr(2, results_end - 2);
+        if (results != "-") {
+          for (const auto& part : split(results, ',')) {
+            const int id = part == "_" ? -1 : static_cast<int>(to_int(part));
+            if (id >= 0) define(line, id);
+            node.results.push_back(id);
+          }
+        }
+        nodes_.push_back(std::move(node));
+      } else if (line.rfind("o ", 0) == 0) {
+        outputs_ = ids(line.substr(2));
+      } else if (line.rfind("g", 0) == 0) {
+        for (const int i : ids(line.size() > 2 ? line.substr(2) : "")) {
+          if (i < 0 || i >= n_inputs_) fail(line, "bad input index");
+          differentiate_[i] = true;
+        }
+      } else if (!line.empty()) {
+        fail(line, "unknown line kind");
+      }
+    } catch (const std::invalid_argument& e) {
+      fail(line, e.what());
+    } catch (const std::out_of_range& e) {
+      fail(line, e.what());
+    }
+  }
+  if (outputs_.empty()) fail(spec.substr(0, 200), "a program needs an 'o' line with outputs");
+  for (const int v : outputs_) {
+    if (v < 0 || v >= n_values || !defined[v]) fail("o", "output " + std::to_string(v) + " is undefined");
+    last_read[v] = static_cast<int>(nodes_.size());  // kept to the end
+  }
+  // Drop each value after its last reader: a model's activations live only as long as needed.
+  for (int v = 0; v < n_values; ++v) {
+    if (last_read[v] >= 0 && last_read[v] < static_cast<int>(nodes_.size())) {
+      nodes_[last_read[v]].release.push_back(v);
+    }
+  }
+}
+
+int Program::input_count(int /*nparam*/) const {
+  if (!is_vjp_) return n_inputs_;
+  return n_inputs_ + static_cast<int>(outputs_.size()) + (rng_ ? 1 : 0);
+}
+
+void Program::run(const std::vector<at::Tensor>& inputs,
+                  const std::vector<at::Tensor>& outputs) const {
+  if (is_vjp_) {
+    vjp(inputs, outputs);
+  } else {
+    forward(inputs, outputs);
+  }
+}
+
+void Program::evaluate(std::vector<at::Tensor>& values) const {
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
+    try {
+      auto stack = node.call->stack_over(values);
+      node.call->op().callBoxed(stack);
+      const auto results = returned_tensors(stack);
+      if (results.size() != node.results.size()) {
+        throw std::runtime_error(c10::str("returned ", results.size(), " tensors, the program expects ",
+                                          node.results.size()));
+      }
+      for (size_t r = 0; r < results.size(); ++r) {
+        if (node.results[r] >= 0) values[node.results[r]] = results[r];
+      }
+    } catch (const std::exception& e) {
+      throw std::runtime_error(c10::str("node ", i, " (", node.call->name(),
+                                        node.label.empty() ? "" : " in " + node.label, "): ",
+                                        describe(e)));
+    }
+    for (const int v : node.release) values[v] = at::Tensor();
+  }
+}
+
+void Program::forward(const std::vector<at::Tensor>& inputs,
+                      const std::vector<at::Tensor>& outputs) const {
+  const size_t n_out = outputs_.size();
+  if (inputs.size() != static_cast<size_t>(n_inputs_) || outputs.size() != n_out + rng_) {
+    throw std::invalid_argument(c10::str("expects ", n_inputs_, " inputs and ", n_out + rng_,
+                                         " outputs, got ", inputs.size(), " and ", outputs.size()));
+  }
+  c10::InferenceMode guard;
+  if (rng_) {
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    copy_into_output(outputs[n_out], generator.get_state(), n_out);
+  }
+  std::vector<at::Tensor> values = constants_;
+  std::copy(inputs.begin(), inputs.end(), values.begin());
+  evaluate(values);
+  for (size_t k = 0; k < n_out; ++k) copy_into_output(outputs[k], values[outputs_[k]], k);
+}
+
+// The route: recompute the forward under autograd on the saved inputs, then one
+// torch::autograd::grad over the whole graph. Nothing is kept between the two kernels, so a
+// forward whose backward never runs (inference) costs no memory; the price is a second forward.
+void Program::vjp(const std::vector<at::Tensor>& inputs,
+                  const std::vector<at::Tensor>& outputs) const {
+  const size_t n_out = outputs_.size();
+  if (inputs.size() != n_inputs_ + n_out + rng_ || outputs.size() != static_cast<size_t>(n_inputs_)) {
+    throw std::invalid_argument(c10::str("the backward expects ", n_inputs_ + n_out + rng_,
+                                         " inputs and ", n_inputs_, " outputs, got ",
+                                         inputs.size(), " and ", outputs.size()));
+  }
+  c10::AutoGradMode grad_mode(true);
+  for (const auto& out : outputs) out.zero_();  // inputs without a gradient get zeros
+  std::vector<at::Tensor> values = constants_;
+  std::vector<at::Tensor> wrt;
+  std::vector<size_t> wrt_index;
+  for (int i = 0; i < n_inputs_; ++i) {
+    at::Tensor leaf = inputs[i].detach();
+    if (differentiate_[i] && (at::isFloatingType(leaf.scalar_type()) ||
+                              at::isComplexType(leaf.scalar_type()))) {
+      leaf.requires_grad_(true);
+      wrt.push_back(leaf);
+      wrt_index.push_back(i);
+    }
+    values[i] = leaf;
+  }
+  if (wrt.empty()) return;
+  std::optional<RngReplay> replay;
+  if (rng_) replay.emplace(inputs[n_inputs_ + n_out]);
+  evaluate(values);
+  replay.reset();
+  std::vector<at::Tensor> ys;
+  std::vector<at::Tensor> dys;
+  for (size_t k = 0; k < n_out; ++k) {
+    const at::Tensor& y = values[outputs_[k]];
+    if (y.requires_grad()) {
+      ys.push_back(y);
+      dys.push_back(inputs[n_inputs_ + k]);
+    }
+  }
+  if (ys.empty()) return;  // no output depends on a differentiable input: all zeros
+  const auto grads = torch::autograd::grad(ys, wrt, dys, /*retain_graph=*/false,
+                                           /*create_graph=*/false, /*allow_unused=*/true);
+  for (size_t k = 0; k < grads.size(); ++k) {
+    if (grads[k].defined()) copy_into_output(outputs[wrt_index[k]], grads[k], wrt_index[k]);
+  }
+}
+
+}  // namespace ms_aten

@@ -1,0 +1,126 @@
+"""ms_aten.module: a torch.nn.Module as a MindSpore Cell whose weights are MindSpore Parameters."""
+from __future__ import annotations
+
+import torch
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+
+from . import dtypes
+from .function import AtenFunction
+from .program import Program, Signature, build, example_like, export
+
+
+def to_ms(tensor: torch.Tensor) -> Tensor:
+    """A MindSpore copy of a torch tensor (numpy has no bfloat16: it goes through float32)."""
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == torch.bfloat16:
+        return Tensor(tensor.float().numpy(), dtype=dtypes.to_ms(torch.bfloat16))
+    return Tensor(tensor.numpy(), dtype=dtypes.to_ms(tensor.dtype))
+
+
+def to_torch(tensor: Tensor) -> torch.Tensor:
+    """A torch copy of a MindSpore tensor, of the same dtype."""
+    torch_dtype = dtypes.to_torch(tensor.dtype)
+    if torch_dtype == torch.bfloat16:
+        return torch.from_numpy(tensor.float().asnumpy()).to(torch.bfloat16)
+    array = tensor.asnumpy()
+    # numpy may call uint64 ulonglong, which torch refuses; the dtype's name is canonical.
+    return torch.from_numpy(array.astype(array.dtype.name, copy=True)).to(torch_dtype)
+
+
+class TorchModule(nn.Cell):
+    """A torch module's forward as one ms_aten program (one kernel launch), with every torch
+    parameter a MindSpore Parameter of the same name (`trainable_params()` go straight to a
+    MindSpore optimizer) and every buffer a non-trainable Parameter.
+
+    The Cell starts in the torch module's mode (`module.training`); `set_train(mode)` captures
+    the other mode's graph once. Buffers the graph updates (BatchNorm's running statistics in
+    train mode) are assigned after each call. Returns the module's outputs flattened as
+    torch.utils._pytree does (a HuggingFace ModelOutput gives its tensors in field order): a
+    Tensor when there is one, else a tuple.
+    """
+
+    def __init__(self, module: torch.nn.Module, example_inputs: tuple):
+        super().__init__()
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"ms_aten.module expects a torch.nn.Module, got {type(module).__name__}")
+        if not isinstance(example_inputs, tuple) or not all(
+                isinstance(x, torch.Tensor) for x in example_inputs):
+            raise TypeError("ms_aten.module: example_inputs must be a tuple of torch tensors")
+        self._torch_module = module
+        self._example = example_inputs
+        self._name = type(module).__name__
+        named = [*module.named_parameters(), *module.named_buffers()]
+        self._weight_names = tuple(name for name, _ in named)
+        self._trainable = frozenset(name for name, p in module.named_parameters()
+                                    if p.requires_grad)
+        self.weights = ParameterTuple(
+            Parameter(to_ms(t), name=name, requires_grad=name in self._trainable)
+            for name, t in named)
+        # Other names of one tensor (tied weights) -> its name here; they share one Parameter.
+        by_tensor = {id(t): name for name, t in named}
+        self._aliases = {alias: by_tensor[id(t)] for alias, t in [
+            *module.named_parameters(remove_duplicate=False),
+            *module.named_buffers(remove_duplicate=False)] if by_tensor[id(t)] != alias}
+        self._state_keys = {key: by_tensor[id(t)]
+                            for key, t in module.state_dict(keep_vars=True).items()
+                            if id(t) in by_tensor}
+        self._functions: dict[bool, AtenFunction] = {}
+        super().set_train(module.training)
+        self._select(module.training)
+
+    def _capture(self, training: bool, example: tuple) -> Program:
+        module = self._torch_module
+        was_training = module.training
+        module.train(training)
+        try:
+            exported = export(module, example, self._name)
+        finally:
+            module.train(was_training)
+        return build(exported, self._name, self._weight_names, self._trainable, self._aliases)
+
+    def _select(self, training: bool) -> None:
+        function = self._functions.get(training)
+        if function is None:
+            def recapture(signature: Signature) -> Program:
+                return self._capture(training, example_like(signature))
+
+            function = AtenFunction(self._capture(training, self._example), recapture)
+            self._functions[training] = function
+        program = function.program
+        self._function = function
+        self._mutated = tuple(self._weight_names.index(b) for b in program.mutations)
+        self._n_outputs = program.n_outputs
+        self._bare = program.n_results == 1  # the primitive returns a Tensor, not a tuple
+
+    @property
+    def program(self) -> Program:
+        """The program the Cell runs in its current mode."""
+        return self._function.program
+
+    def set_train(self, mode: bool = True) -> TorchModule:
+        super().set_train(mode)
+        self._select(mode)
+        return self
+
+    def construct(self, *inputs):
+        results = self._function(*self.weights, *inputs)
+        if self._bare:
+            return results
+        for i, weight in enumerate(self._mutated):
+            ops.assign(self.weights[weight], results[i])
+        first = len(self._mutated)
+        if self._n_outputs - first == 1:
+            return results[first]
+        return results[first:self._n_outputs]
+
+    def torch_state_dict(self) -> dict[str, torch.Tensor]:
+        """The current weights as the torch module's state dict (same keys), so a model trained
+        in MindSpore goes back with `module.load_state_dict(cell.torch_state_dict())`."""
+        values = {name: to_torch(p.value()) for name, p in zip(self._weight_names, self.weights)}
+        return {key: values[name] for key, name in self._state_keys.items()}
+
+
+def module(torch_module: torch.nn.Module, example_inputs: tuple) -> TorchModule:
+    """`torch_module` as a MindSpore Cell running its forward in one kernel launch; see
+    TorchModule."""
+    return TorchModule(torch_module, example_inputs)

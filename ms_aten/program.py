@@ -1,0 +1,306 @@
+"""A torch graph captured by torch.export, as one program spec for the bridge (csrc/program.h).
+
+Every node of the exported graph becomes one OpCall of the same spec grammar `ms_aten.op`
+uses, with its tensor slots naming values of one table instead of MindSpore's inputs; the
+library runs the whole list in one kernel launch, and its VJP in one more.
+"""
+from __future__ import annotations
+
+import ctypes
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+
+from . import _lib, dtypes
+from . import constants as consts
+
+# Torch's CPU generator state, which the forward of a random program hands to its VJP.
+RNG_STATE_BYTES = torch.get_rng_state().numel()
+
+
+class CaptureError(RuntimeError):
+    """A torch module or function that cannot become an ms_aten program."""
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Shapes and torch dtypes of a program's inputs, as captured."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[torch.dtype, ...]
+
+    def describe(self) -> str:
+        return ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}"
+                         for s, d in zip(self.shapes, self.dtypes))
+
+
+@dataclass(frozen=True)
+class Program:
+    """One captured graph: its forward and VJP specs and what the caller needs around them.
+
+    Its inputs are the weights named at build time (a module's parameters and buffers, in
+    that order), then the graph's user inputs.
+    """
+
+    name: str
+    spec: str
+    vjp_spec: str
+    n_weights: int
+    signature: Signature  # of the user inputs, as captured
+    output_shapes: tuple[tuple[int, ...], ...]  # the graph's outputs, without the RNG state
+    output_dtypes: tuple[torch.dtype, ...]
+    mutations: tuple[str, ...]  # buffers the first len(mutations) outputs update, in order
+    random: bool  # the forward has one more output, the RNG state its VJP replays
+    n_nodes: int
+
+    @property
+    def n_inputs(self) -> int:
+        return self.n_weights + len(self.signature.shapes)
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.output_shapes)
+
+    @property
+    def n_results(self) -> int:
+        """The forward primitive's outputs: the graph's, plus the RNG state if random."""
+        return self.n_outputs + self.random
+
+    def user_signature_of(self, shapes: Sequence[Sequence[int]],
+                          ms_dtypes: Sequence[Any]) -> Signature:
+        """The Signature of a call's user inputs (all inputs given, weights first)."""
+        user = slice(self.n_weights, None)
+        return Signature(tuple(tuple(s) for s in shapes[user]),
+                         tuple(map(dtypes.to_torch, ms_dtypes[user])))
+
+
+def export(module: torch.nn.Module, example_inputs: tuple, name: str) -> ExportedProgram:
+    """torch.export of `module`, functionalized, with high-level ATen ops kept (an empty
+    decomposition table keeps linear, layer_norm, scaled_dot_product_attention: their CPU
+    kernels are faster than their decompositions); CaptureError carries torch's reason."""
+    try:
+        exported = torch.export.export(module, tuple(example_inputs), strict=False)
+        return exported.run_decompositions({})
+    except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: "
+                           f"{type(error).__name__}: {first}") from error
+
+
+def _meta_tensors(value: Any) -> list[torch.Tensor | None]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _meta_tensors(item)]
+    return [None]
+
+
+def _where(node: torch.fx.Node) -> str:
+    """The module path a node came from (nn_module_stack), or ''."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return list(stack.values())[-1][0] if stack else ""
+
+
+class _Builder:
+    """Numbers values and writes the program's lines while walking the graph once."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ids: dict[torch.fx.Node, int] = {}
+        self.lines: list[str] = []
+        self.n_values = 0
+        self.random = False
+
+    def new_value(self) -> int:
+        self.n_values += 1
+        return self.n_values - 1
+
+    def fail(self, node: torch.fx.Node, why: str) -> CaptureError:
+        where = _where(node)
+        return CaptureError(f"ms_aten: {self.name}: node '{node.name}' ({node.target})"
+                            f"{f' in {where}' if where else ''}: {why}")
+
+    def tensor_token(self, node: torch.fx.Node, arg, value) -> str:
+        kind = consts.tensor_kind(arg)
+        if kind in ("Tensor[]", "Tensor?[]"):
+            if not isinstance(value, (list, tuple)):
+                raise self.fail(node, f"argument '{arg.name}' expects a tensor list, got {value!r}")
+            members = ["_" if v is None else str(self.value_of(node, arg, v)) for v in value]
+            if "_" in members and kind == "Tensor[]":
+                raise self.fail(node, f"argument '{arg.name}' holds None")
+            return f"{'T' if kind == 'Tensor[]' else 'Q'}[{','.join(members)}]"
+        if value is None:
+            if kind != "Tensor?":
+                raise self.fail(node, f"argument '{arg.name}' is None")
+            return "N"
+        return f"t{self.value_of(node, arg, value)}"
+
+    def value_of(self, node: torch.fx.Node, arg, value) -> int:
+        if isinstance(value, torch.fx.Node):
+            if value not in self.ids:
+                raise self.fail(node, f"argument '{arg.name}' reads {value.name}, which is "
+                                      f"not a tensor the program holds")
+            return self.ids[value]
+        if isinstance(value, (bool, int, float)):  # a Python number in a Tensor slot
+            token = consts.encode(_NUMBER_ARG, value)
+            vid = self.new_value()
+            self.lines.append(f"s {vid} {token}")
+            return vid
+        raise self.fail(node, f"argument '{arg.name}' got {type(value).__name__} {value!r}")
+
+    def call(self, node: torch.fx.Node) -> None:
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload):
+            raise self.fail(node, "only ATen/dispatcher ops can run in a program; this is "
+                                  f"{type(target).__name__} {target}")
+        schema = target._schema
+        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+            raise self.fail(node, "the op writes its inputs, which torch.export's "
+                                  "functionalization should have removed")
+        if torch.Tag.nondeterministic_seeded in target.tags:
+            self.random = True
+        tokens = []
+        for position, arg in enumerate(schema.arguments):
+            if arg.kwarg_only or position >= len(node.args):
+                if arg.name not in node.kwargs:
+                    tokens.append("D")
+                    continue
+                value = node.kwargs[arg.name]
+            else:
+                value = node.args[position]
+            if consts.is_tensor_arg(arg):
+                tokens.append(self.tensor_token(node, arg, value))
+                continue
+            try:
+                tokens.append(consts.encode(arg, consts.check_constant(arg, value)))
+            except consts.ConstantError as error:
+                raise self.fail(node, str(error)) from None
+        results = _meta_tensors(node.meta.get("val")) if schema.returns else []
+        if any(r is None for r in results) or (schema.returns and not results):
+            raise self.fail(node, f"it returns {', '.join(str(r.type) for r in schema.returns)}"
+                                  "; a program node must return tensors")
+        for r in results:
+            try:
+                dtypes.to_ms(r.dtype)
+            except TypeError as error:
+                raise self.fail(node, str(error)) from None
+        # getitem users pick a multi-output node's results; a single result is the node itself.
+        picks = {user.args[1]: user for user in node.users if user.target is operator.getitem}
+        result_ids = []
+        for index in range(len(results)):
+            user = node if len(results) == 1 and not picks else picks.get(index)
+            if user is None:
+                result_ids.append("_")
+                continue
+            self.ids[user] = self.new_value()
+            result_ids.append(str(self.ids[user]))
+        op_spec = " ".join([
+            "call", schema.name, schema.overload_name or ".", str(len(results)), *tokens])
+        label = quote(_where(node), safe="") or "-"
+        self.lines.append(f"n {','.join(result_ids) or '-'} {label} {op_spec}")
+
+
+# A stand-in schema argument for encoding Python numbers (torch's Scalar).
+_NUMBER_ARG = next(a for a in torch.ops.aten.add.Scalar._schema.arguments if a.name == "other")
+
+
+def _constant_line(vid: int, tensor: torch.Tensor) -> str:
+    tensor = tensor.detach().contiguous().cpu()
+    shape = ",".join(map(str, tensor.shape))
+    data = tensor.view(-1).view(torch.uint8).numpy().tobytes().hex() if tensor.numel() else ""
+    return f"k {vid} {dtypes.spec_name(tensor.dtype)} I{shape} {data}".rstrip()
+
+
+def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
+          trainable: frozenset[str] = frozenset(),
+          aliases: Mapping[str, str] | None = None) -> Program:
+    """The program for an exported graph. Its inputs: the parameters and buffers named in
+    `weights` (in that order; one the graph does not read is simply unused), then the graph's
+    user inputs; lifted tensor constants are embedded in the spec. `aliases` maps the other
+    names of tied weights (GPT-2's lm_head.weight) to theirs in `weights`. The VJP
+    differentiates the floating user inputs and the `trainable` weights."""
+    builder = _Builder(name)
+    position = {target: i for i, target in enumerate(weights)}
+    position.update({alias: position[target] for alias, target in (aliases or {}).items()})
+    builder.n_values = len(weights)
+    graph = exported.graph_module.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    user_inputs, constant_nodes = [], []
+    for node, spec in zip(placeholders, exported.graph_signature.input_specs):
+        if spec.kind == InputKind.CONSTANT_TENSOR:
+            constant_nodes.append((node, spec))
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and spec.target in position:
+            builder.ids[node] = position[spec.target]
+        elif spec.kind == InputKind.USER_INPUT and isinstance(node.meta.get("val"), torch.Tensor):
+            builder.ids[node] = builder.new_value()
+            user_inputs.append(node)
+        else:
+            raise builder.fail(node, f"input {spec.target or node.name} ({spec.kind.name}) "
+                                     f"is not a tensor the program can take")
+    for node, spec in constant_nodes:
+        builder.ids[node] = vid = builder.new_value()
+        builder.lines.append(_constant_line(vid, exported.constants[spec.target]))
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is not operator.getitem:
+            builder.call(node)
+    output_node = next(n for n in graph.nodes if n.op == "output")
+    output_ids, shapes, out_dtypes, mutations = [], [], [], []
+    for value, spec in zip(output_node.args[0], exported.graph_signature.output_specs):
+        if spec.kind == OutputKind.USER_INPUT_MUTATION:
+            raise CaptureError(f"ms_aten: {name} writes its input {spec.target} in place; "
+                               f"MindSpore owns its inputs: return the new value instead")
+        if not isinstance(value, torch.fx.Node) or value not in builder.ids:
+            raise CaptureError(f"ms_aten: {name} returns {value!r}; a program returns tensors")
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            mutations.append(spec.target)
+        meta = value.meta["val"]
+        output_ids.append(str(builder.ids[value]))
+        shapes.append(tuple(meta.shape))
+        out_dtypes.append(meta.dtype)
+    floating = [i for i, node in enumerate(user_inputs) if node.meta["val"].is_floating_point()]
+    grad_inputs = [position[t] for t in weights if t in trainable]
+    grad_inputs += [len(weights) + i for i in floating]
+    body = [*builder.lines, f"o {','.join(output_ids)}"]
+    n_inputs = len(weights) + len(user_inputs)
+    header = f"{quote(name, safe='')} {n_inputs} {builder.n_values} {int(builder.random)}"
+    program = Program(
+        name=name,
+        spec="\n".join([f"program call {header}", *body]),
+        vjp_spec="\n".join([f"program vjp {header}", *body,
+                             f"g {','.join(map(str, grad_inputs))}"]),
+        n_weights=len(weights),
+        signature=Signature(tuple(tuple(n.meta["val"].shape) for n in user_inputs),
+                            tuple(n.meta["val"].dtype for n in user_inputs)),
+        output_shapes=tuple(shapes), output_dtypes=tuple(out_dtypes),
+        mutations=tuple(mutations), random=builder.random,
+        n_nodes=sum(1 for line in builder.lines if line.startswith("n ")))
+    check(program)
+    return program
+
+
+def check(program: Program) -> None:
+    """Decodes both specs in the library now, so a node it cannot run fails before any launch."""
+    lib = _lib.library()
+    lib.ms_aten_kernel_create.restype = ctypes.c_void_p
+    lib.ms_aten_kernel_error.restype = ctypes.c_char_p
+    lib.ms_aten_kernel_error.argtypes = [ctypes.c_void_p]
+    lib.ms_aten_kernel_destroy.argtypes = [ctypes.c_void_p]
+    for spec in (program.spec, program.vjp_spec):
+        kernel = lib.ms_aten_kernel_create(spec.encode(), None)
+        try:
+            error = lib.ms_aten_kernel_error(kernel)
+        finally:
+            lib.ms_aten_kernel_destroy(kernel)
+        if error is not None:
+            raise CaptureError(f"ms_aten: {program.name}: {error.decode()}")
+
+
+def example_like(signature: Signature) -> tuple[torch.Tensor, ...]:
+    """Zero tensors with a signature's shapes and dtypes, to capture again for new shapes."""
+    return tuple(torch.zeros(s, dtype=d) for s, d in zip(signature.shapes, signature.dtypes))

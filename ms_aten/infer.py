@@ -41,8 +41,9 @@ _DEFAULT_ALTERNATIVE = ("aten::nonzero_static (a fixed upper bound on the count)
 def value_dependent_message(name: str, qualified: str) -> str:
     hint = _STATIC_ALTERNATIVES.get(qualified, _DEFAULT_ALTERNATIVE)
     return (f"ms_aten op '{name}': its output shape depends on its input values, which GRAPH "
-            f"mode needs to know before the graph runs. Run it in PYNATIVE mode (ms_aten runs it "
-            f"there, and waits for its inputs), or use {hint}")
+            f"mode needs to know before the graph runs. Run it in PYNATIVE mode (on CPU, with the "
+            f"fast-path module built, ms_aten runs it there once its inputs are computed), or use "
+            f"{hint}")
 
 
 def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:

@@ -245,3 +245,36 @@ def test_to_copy_to_complex32_names_the_dtype():
 def test_inference_keeps_ops_without_tensor_inputs_working(mode):
     assert_same(run(ms_aten.op("full", size=[2, 3], fill_value=1.5, device="cpu"), (), mode),
                 torch.full((2, 3), 1.5))
+
+
+@pytest.mark.parametrize("name, constants, reference", [
+    ("randn_like", {"device": "cpu"}, lambda x: torch.randn_like(x, device="cpu")),
+    ("rand_like", {"dtype": torch.float64}, lambda x: torch.rand_like(x, dtype=torch.float64)),
+    ("randint_like", {"high": 10, "device": "cpu"}, lambda x: torch.randint_like(x, 10)),
+    ("bernoulli.p", {"p": 0.3}, lambda x: torch.bernoulli(x, 0.3)),
+])
+def test_random_ops_draw_torchs_stream(mode, name, constants, reference):
+    # Kernels draw from torch's default CPU generator, and inference draws nothing (a meta
+    # run with device="cpu" used to create, and fill, a real tensor): reseeding torch before
+    # the call reproduces torch eager exactly.
+    x = torch.zeros(6)
+    op, inputs = ms_aten.op(name, **constants), to_ms((x,))
+    torch.manual_seed(7)
+    expected = reference(x)
+    torch.manual_seed(7)
+    assert_same(run(op, inputs, mode), expected, rtol=0, atol=0)
+
+
+def test_as_strided_with_a_storage_offset(mode):
+    # A MindSpore tensor is its own compact storage: offsets and strides address its elements.
+    x = torch.arange(12.0)
+    op = ms_aten.op("as_strided", size=[2, 3], stride=[4, 1], storage_offset=3)
+    assert_same(run(op, to_ms((x,)), mode), torch.as_strided(x, (2, 3), (4, 1), 3))
+    weights = [randn(2, 3)]
+    want = torch_grads(lambda t: torch.as_strided(t, (2, 3), (4, 1), 3), (x,), weights)
+    (got,) = ms_grads(op, (x,), weights, mode)
+    torch.testing.assert_close(to_torch(got), want[0])
+    beyond = ms_aten.op("as_strided", size=[2, 3], stride=[4, 1], storage_offset=8)
+    with pytest.raises(RuntimeError, match=r"aten::as_strided: setStorage.*out of bounds for "
+                                           r"storage of size 48"):  # found by the kernel
+        run(beyond, to_ms((x,)), mode).asnumpy()

@@ -19,8 +19,8 @@ TORCH_LIB = Path(torch.__file__).parent / "lib"
 CXXFLAGS = ["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"]
 
 # The C++ that talks to torch; extra_abi0.cpp is compiled apart (see MsAtenBuild).
-TORCH_SOURCES = ["ms_ext.cpp", "spec.cpp", "program.cpp", "kernel.cpp", "grad.cpp", "entry.cpp", "device_cpu.cpp",
-                 "cuda/cuda_device.cpp", "npu/npu_device.cpp"]
+TORCH_SOURCES = ["ms_ext.cpp", "spec.cpp", "program.cpp", "kernel.cpp", "grad.cpp", "entry.cpp",
+                 "device_cpu.cpp", "cuda/cuda_device.cpp", "npu/npu_device.cpp"]
 
 
 def device_options() -> tuple[list[str], list[str], list[str], list[str]]:
@@ -41,7 +41,8 @@ def device_options() -> tuple[list[str], list[str], list[str], list[str]]:
     if importlib.util.find_spec("torch_npu") is not None:
         npu_root = Path(importlib.util.find_spec("torch_npu").origin).parent
         macros.append("-DWITH_NPU")
-        includes += [str(npu_root / "include"), str(npu_root / "include" / "third_party" / "acl" / "inc")]
+        includes += [str(npu_root / "include"),
+                     str(npu_root / "include" / "third_party" / "acl" / "inc")]
         library_dirs.append(str(npu_root / "lib"))
         libraries += ["torch_npu", "ascendcl"]
     return macros, includes, library_dirs, libraries
@@ -102,7 +103,7 @@ setup(
     description="PyTorch ATen operators as MindSpore operators",
     packages=["ms_aten"],
     package_data={"ms_aten": ["libms_aten.so", "include/ms_ext.h"]},
-    python_requires=">=3.9",
+    python_requires=">=3.10",
     install_requires=["mindspore==2.10.0", "torch==2.13.0", "numpy<2"],
     ext_modules=[bridge],
     cmdclass={"build_ext": MsAtenBuild.with_options(use_ninja=True)},

@@ -7,8 +7,8 @@ measured on its own and reported "n/a" with MindSpore's reason where it has no C
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch

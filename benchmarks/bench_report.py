@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
-
 from bench_routes import GRAPH, MS_ATEN, NATIVE, PYFUNC, PYNATIVE, SEED_AOT  # noqa: E402
 from bench_runner import OK, CaseResult, RouteResult  # noqa: E402
 

@@ -3,17 +3,18 @@ or PYNATIVE mode (a plain call): ms_aten, the native ops, a pyfunc Custom callin
 numpy, and the seed-style hand-written AOT kernel."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import mindspore as ms
 import numpy as np
 import torch
+from bench_ops import Arrays, OpCase, flatten
 from mindspore import nn, ops
 
 import ms_aten
-from bench_ops import Arrays, OpCase, flatten
 
 GRAPH, PYNATIVE = "graph", "pynative"
 MODES = {GRAPH: ms.GRAPH_MODE, PYNATIVE: ms.PYNATIVE_MODE}
@@ -97,7 +98,7 @@ def mismatch(got: Sequence[np.ndarray], expected: Sequence[torch.Tensor], first_
         if not np.array_equal(gathered, values):
             return "indices do not point at the values"
         got, expected = got[:1], expected[:1]
-    for i, (actual, want) in enumerate(zip(got, expected)):
+    for i, (actual, want) in enumerate(zip(got, expected, strict=True)):
         want = want.numpy()
         if actual.shape != want.shape:
             return f"output {i} has shape {actual.shape}, torch gives {want.shape}"

@@ -4,17 +4,28 @@ chains. A route that fails is "n/a" with MindSpore's reason, a wrong one is "wro
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import mindspore as ms
 import numpy as np
 import torch
-
 from bench_ops import Arrays, OpCase, flatten
-from bench_routes import (GRAPH, MODES, Route, build, chain_route, ms_aten_route, mismatch,
-                          native_routes, pyfunc_route, reason, seed_aot_route, to_numpy)
+from bench_routes import (
+    GRAPH,
+    MODES,
+    Route,
+    build,
+    chain_route,
+    mismatch,
+    ms_aten_route,
+    native_routes,
+    pyfunc_route,
+    reason,
+    seed_aot_route,
+    to_numpy,
+)
 from bench_timing import Timing, TimingConfig, measure, ms_sync, no_sync
 
 OK, WRONG, NA = "ok", "wrong", "n/a"

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Callable, Hashable, TypeVar
+from typing import TypeVar
 
 from mindspore.common.api import _pynative_executor
 

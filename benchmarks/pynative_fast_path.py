@@ -22,15 +22,15 @@ import argparse  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-from typing import Callable, Hashable  # noqa: E402
+from collections.abc import Callable, Hashable  # noqa: E402
 
 import mindspore as ms  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from bench_timing import TimingConfig, calibrate, ms_sync  # noqa: E402
 from mindspore import Tensor, mint, ops  # noqa: E402
 
 import ms_aten  # noqa: E402
-from bench_timing import TimingConfig, calibrate, ms_sync  # noqa: E402
 from ms_aten import fast_path  # noqa: E402
 
 SLOPE = 0.2
@@ -124,7 +124,7 @@ def main() -> int:
     for name in names:
         row = [timings[name, "forward"]]
         one, many = timings[name, "grad1"], timings[name, f"grad{args.chain}"]
-        row += [one, tuple((m - o) / (args.chain - 1) for m, o in zip(many, one))]
+        row += [one, tuple((m - o) / (args.chain - 1) for m, o in zip(many, one, strict=True))]
         print(f"| {name} | " + " | ".join(f"{wall:.0f} / {cpu:.0f}" for wall, cpu in row) + " |")
     print(f"\n({args.repeats} samples per cell; CPU = the whole process, all threads; "
           f"ops.leaky_relu is a Python composite of 3 native ops)")

@@ -28,13 +28,13 @@ from pathlib import Path  # noqa: E402
 import mindspore as ms  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-import ms_aten  # noqa: E402
 from bench_ops import by_name  # noqa: E402
 from bench_report import Report, write  # noqa: E402
 from bench_routes import MS_ATEN, NATIVE, PYNATIVE, SEED_AOT  # noqa: E402
 from bench_runner import OK, CaseResult, in_mode, is_family, run_case, run_chain  # noqa: E402
 from bench_timing import TimingConfig  # noqa: E402
+
+import ms_aten  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent

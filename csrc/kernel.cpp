@@ -47,13 +47,17 @@ Kernel* Kernel::create(const char* spec, const char* error) noexcept {
 
 namespace {
 std::atomic<int> g_num_threads{0};  // 0: ATen's default (one per core)
+std::atomic<int64_t> g_launches{0};
 }  // namespace
+
+int64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
 
 void set_num_threads(int n) { g_num_threads.store(n < 0 ? 0 : n, std::memory_order_relaxed); }
 int num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
 
 void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                     c10::Device device) const {
+  g_launches.fetch_add(1, std::memory_order_relaxed);
   if (!call_ && !program_) throw std::runtime_error(error_);
   // OpenMP's thread count is a per-thread setting, and MindSpore launches kernels from its own
   // worker threads: apply the configured count in whichever thread runs this launch.

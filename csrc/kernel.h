@@ -44,6 +44,10 @@ class Kernel {
   std::string error_;
 };
 
+// How many kernel launches (forward, VJP, program) this process made: tests observe the
+// launch count of a whole-model forward through it (ms_aten_launch_count).
+int64_t launch_count();
+
 // ATen intra-op threads for bridged kernels (0: ATen's default); see ms_aten.set_num_threads.
 void set_num_threads(int n);
 int num_threads();

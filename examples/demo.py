@@ -1,10 +1,10 @@
 """The seed demo: ATen's leaky_relu as a MindSpore op inside an nn.Cell, in both modes."""
-import numpy as np
-
-import ms_aten  # imports torch first, then checks the bridge library
 import mindspore as ms
+import numpy as np
 import torch
 from mindspore import Tensor, nn
+
+import ms_aten  # imports torch first, then checks the bridge library
 
 
 class Net(nn.Cell):

@@ -13,7 +13,7 @@ import mindspore as ms
 import numpy as np
 import torch
 import torch.nn.functional as F
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, Tensor, nn
 
 import ms_aten
 
@@ -46,10 +46,12 @@ class BridgedMLP(nn.Cell):
 
     def __init__(self, weights: dict[str, np.ndarray]):
         super().__init__()
-        self.w1, self.b1 = Parameter(Tensor(weights["w1"]), "w1"), Parameter(Tensor(weights["b1"]), "b1")
+        self.w1 = Parameter(Tensor(weights["w1"]), "w1")
+        self.b1 = Parameter(Tensor(weights["b1"]), "b1")
         self.gamma = Parameter(Tensor(weights["gamma"]), "gamma")
         self.beta = Parameter(Tensor(weights["beta"]), "beta")
-        self.w2, self.b2 = Parameter(Tensor(weights["w2"]), "w2"), Parameter(Tensor(weights["b2"]), "b2")
+        self.w2 = Parameter(Tensor(weights["w2"]), "w2")
+        self.b2 = Parameter(Tensor(weights["b2"]), "b2")
         self.linear = ms_aten.op("linear")
         self.gelu = ms_aten.op("gelu")
         self.layer_norm = ms_aten.op("layer_norm", normalized_shape=[HIDDEN])
@@ -61,7 +63,8 @@ class BridgedMLP(nn.Cell):
         return self.mse(self.linear(h, self.w2, self.b2), y)
 
 
-def torch_losses(weights: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, steps: int) -> list[float]:
+def torch_losses(weights: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray,
+                 steps: int) -> list[float]:
     params = {k: torch.tensor(v, requires_grad=True) for k, v in weights.items()}
     optimizer = torch.optim.SGD(params.values(), lr=LR)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> tuple[list[float], list[float]]:
     mode = ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE
     bridged = mindspore_losses(weights, x, y, args.steps, mode)
     reference = torch_losses(weights, x, y, args.steps)
-    gap = max(abs(b - r) / abs(r) for b, r in zip(bridged, reference))
+    gap = max(abs(b - r) / abs(r) for b, r in zip(bridged, reference, strict=True))
     print(f"{args.mode}: loss {bridged[0]:.4f} -> {bridged[-1]:.4f} in {args.steps} steps "
           f"(torch: {reference[0]:.4f} -> {reference[-1]:.4f}); largest relative gap {gap:.2e}")
     if args.plot:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import ctypes
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -13,7 +13,7 @@ INCLUDE_DIR = PACKAGE_DIR / "include"
 REBUILD_HINT = "rebuild it with `bash scripts/setup.sh` (or `pip install --no-build-isolation .`)"
 
 
-@lru_cache(maxsize=None)
+@cache
 def library() -> ctypes.CDLL:
     """The loaded bridge library; ImportError saying how to rebuild if it is missing or broken."""
     if not LIBRARY.is_file():
@@ -44,7 +44,8 @@ def kernel(target: str) -> str:
     RuntimeError, before anything launches, if this build cannot serve the target.
     """
     if target not in ENTRY_POINTS:
-        raise ValueError(f"unknown device target {target!r}; expected one of {sorted(ENTRY_POINTS)}")
+        raise ValueError(f"unknown device target {target!r}; "
+                         f"expected one of {sorted(ENTRY_POINTS)}")
     lib = library()
     lib.ms_aten_supports.restype = ctypes.c_int
     if not lib.ms_aten_supports(target.encode()):
@@ -60,3 +61,11 @@ def current_target() -> str:
     import mindspore as ms
 
     return ms.get_context("device_target")
+
+
+def launch_count() -> int:
+    """How many ms_aten kernel launches this process made (forwards, backwards, programs):
+    a whole-model forward is one."""
+    lib = library()
+    lib.ms_aten_launch_count.restype = ctypes.c_int64
+    return int(lib.ms_aten_launch_count())

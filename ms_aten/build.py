@@ -74,7 +74,8 @@ def build(source: str | os.PathLike, output: str | os.PathLike | None = None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ms_aten.build", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ms_aten.build",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("source", help="kernel source (.cpp, or .cu with a CUDA torch)")
     parser.add_argument("-o", "--output", help="output .so (default: beside the source)")
     args = parser.parse_args(argv)

@@ -6,6 +6,7 @@ is documented there).
 from __future__ import annotations
 
 import numbers
+from typing import TypeGuard
 from urllib.parse import quote
 
 import torch
@@ -42,11 +43,11 @@ def tensor_kind(arg) -> str:
             "List[Optional[Tensor]]": "Tensor?[]"}[base]
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[numbers.Integral]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _is_real(value) -> bool:
+def _is_real(value: object) -> TypeGuard[numbers.Real]:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 

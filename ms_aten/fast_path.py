@@ -17,10 +17,11 @@ import shutil
 import sys
 import time
 import warnings
-from functools import lru_cache
+from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import mindspore as ms
 from mindspore import Tensor
@@ -80,7 +81,7 @@ def build() -> Path:
     return path
 
 
-@lru_cache(maxsize=None)
+@cache
 def _module() -> ModuleType | None:
     """The loaded fast-path module, or None (missing: silently; unusable: with a warning)."""
     if not MODULE_PATH.is_file():
@@ -88,6 +89,8 @@ def _module() -> ModuleType | None:
     module = sys.modules.get(MODULE_NAME)  # an extension module initializes once per process
     if module is None:
         spec = importlib.util.spec_from_file_location(MODULE_NAME, MODULE_PATH)
+        # A ".so" path always gets an ExtensionFileLoader.
+        assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
@@ -159,10 +162,12 @@ class _OpState:
 
 
 VALUE_DEPENDENT = object()  # an Outputs entry: the op runs on its inputs' values (value_dependent)
+
+
 def _flatten(args: Sequence[Any]) -> list[Any]:
     """Call-time arguments as the kernel takes them: lists expanded (None holes dropped),
     Python numbers as 0-dim tensors."""
-    flat = []
+    flat: list[Any] = []
     for arg in args:
         if isinstance(arg, (tuple, list)):
             flat.extend(x for x in arg if x is not None)
@@ -194,7 +199,9 @@ def call(op: AtenOp, *args: Any) -> Tensor | tuple[Tensor, ...]:
     naming the op, at the next sync point (PYNATIVE launches asynchronously).
     """
     state = _state(op)
-    pattern, flat = None, args
+    pattern: Pattern | None = None
+    flat: Sequence[Any] = args
+    key: tuple
     try:
         if not (state.plain and len(args) == state.n_slots):
             raise AttributeError  # lists, numbers or omitted optionals: compute the pattern

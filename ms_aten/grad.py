@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import linecache
-from typing import Callable
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from mindspore import ops
 from mindspore.common import dtype as mstype
@@ -62,13 +63,21 @@ def with_arity(arity: int, gradients: Callable) -> Callable:
               f"    return bprop\n")
     filename = f"<ms_aten bprop/{arity}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"__name__": __name__}
+    namespace: dict[str, Any] = {"__name__": __name__}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 (fixed template)
     # MindSpore resolves a bprop's free variables from its closure, not from globals.
     return namespace["make"](gradients)
 
 
-def make_bprop(binding: Binding, pattern: Pattern | None = None) -> Callable:
+class Bprop(Protocol):
+    """A bprop that carries its VJP kernel (AtenOp.set_device moves it with the forward)."""
+
+    vjp: AtenVjp
+
+    def __call__(self, *args: Any) -> Any: ...
+
+
+def make_bprop(binding: Binding, pattern: Pattern | None = None) -> Bprop:
     """The bprop MindSpore calls as bprop(*inputs, out, dout), in both modes, for one call
     pattern (pattern.py): one parameter per call-time argument.
 
@@ -89,7 +98,7 @@ def make_bprop(binding: Binding, pattern: Pattern | None = None) -> Callable:
         if not isinstance(grads, tuple):
             grads = (grads,)
         if layout is not None:
-            grouped = ()
+            grouped: tuple = ()
             i = 0
             for n in layout:
                 if n < 0:
@@ -104,7 +113,7 @@ def make_bprop(binding: Binding, pattern: Pattern | None = None) -> Callable:
         n_list = len(inputs[list_at])
         return grads[:list_at] + (grads[list_at:list_at + n_list],) + grads[list_at + n_list:]
 
-    arity = len(binding.slots) if pattern is None else len(layout)
-    bprop = with_arity(arity, gradients)
+    arity = len(binding.slots) if layout is None else len(layout)
+    bprop = cast(Bprop, with_arity(arity, gradients))
     bprop.vjp = vjp  # AtenOp.set_device moves the backward kernel along with the forward
     return bprop

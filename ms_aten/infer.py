@@ -2,17 +2,22 @@
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import mindspore as ms
 import torch
 from mindspore import context
 from mindspore.common import dtype as mstype
-from torch._subclasses.fake_tensor import (DataDependentOutputException,
-                                           DynamicOutputShapeException, FakeTensorMode,
-                                           UnsupportedOperatorException)
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensorMode,
+    UnsupportedOperatorException,
+)
 
-from . import _lib, dtypes, pattern as patterns
+from . import _lib, dtypes
+from . import pattern as patterns
 from .binding import Binding
 from .constants import is_tensor_arg
 
@@ -50,10 +55,11 @@ def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
     """Shapes and dtypes of MindSpore's infer arguments, tuple inputs expanded as the kernel
     receives them (None holes of a Tensor?[] dropped). A tuple input carries a tuple of dtypes;
     a tensor, one dtype; a Python number, its number type."""
-    shapes, types = [], []
+    shapes: list[Shape] = []
+    types: list[Any] = []
     for arg in args:
         if isinstance(arg["dtype"], (tuple, list)):
-            for shape, dtype in zip(arg["shape"], arg["dtype"]):
+            for shape, dtype in zip(arg["shape"], arg["dtype"], strict=True):
                 if isinstance(dtype, mstype.TensorType):
                     shapes.append(shape)
                     types.append(dtype)
@@ -130,8 +136,9 @@ class MetaInfer:
                constants: dict[str, Any] | None = None) -> dict[str, Any]:
         """The op's arguments by name: `items` (one per flat call-time item) grouped into the
         tensor slots, and the constants (the binding's unless given)."""
-        kwargs = {slot.name: value for slot, value in
-                  zip(self.binding.slots, patterns.group(self.binding, pattern, items))}
+        grouped = patterns.group(self.binding, pattern, items)
+        kwargs = {slot.name: value
+                  for slot, value in zip(self.binding.slots, grouped, strict=True)}
         kwargs.update(self.constants if constants is None else constants)
         return kwargs
 
@@ -178,7 +185,7 @@ def _items(shapes, ms_dtypes, numbers: set[int], device: str) -> list[torch.Tens
     """Empty tensors for the call-time tensors, wrapped numbers for the numbers."""
     return [wrapped_number(d) if i in numbers else
             torch.empty(s, dtype=dtypes.to_torch(d), device=device)
-            for i, (s, d) in enumerate(zip(shapes, ms_dtypes))]
+            for i, (s, d) in enumerate(zip(shapes, ms_dtypes, strict=True))]
 
 
 def number_positions(binding: Binding, pattern: patterns.Pattern | None) -> set[int]:

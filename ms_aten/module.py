@@ -42,7 +42,8 @@ class TorchModule(nn.Cell):
     def __init__(self, module: torch.nn.Module, example_inputs: tuple):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"ms_aten.module expects a torch.nn.Module, got {type(module).__name__}")
+            raise TypeError(f"ms_aten.module expects a torch.nn.Module, "
+                            f"got {type(module).__name__}")
         if not isinstance(example_inputs, tuple) or not all(
                 isinstance(x, torch.Tensor) for x in example_inputs):
             raise TypeError("ms_aten.module: example_inputs must be a tuple of torch tensors")
@@ -116,7 +117,8 @@ class TorchModule(nn.Cell):
     def torch_state_dict(self) -> dict[str, torch.Tensor]:
         """The current weights as the torch module's state dict (same keys), so a model trained
         in MindSpore goes back with `module.load_state_dict(cell.torch_state_dict())`."""
-        values = {name: to_torch(p.value()) for name, p in zip(self._weight_names, self.weights)}
+        values = {name: to_torch(p.value())
+                  for name, p in zip(self._weight_names, self.weights, strict=True)}
         return {key: values[name] for key, name in self._state_keys.items()}
 
 

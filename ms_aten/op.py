@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from mindspore import ops
 from mindspore.common import dtype as mstype
@@ -47,7 +48,7 @@ class AtenOp(ops.Custom):
         self.infer = infer
         self.device_target = _lib.current_target()  # retarget() changes it
         self.pattern: Any = _UNSET  # fixed by the first __infer__
-        self.bprops: dict[Pattern | None, Callable] = {}
+        self.bprops: dict[Pattern | None, Any] = {}  # bprops carry their VJP kernel (grad.py)
         explicit = patterns.needs_explicit(binding)
         super().__init__(_lib.kernel(self.device_target), out_shape=self._shapes,
                          out_dtype=self._dtypes, func_type="aot",
@@ -71,6 +72,7 @@ class AtenOp(ops.Custom):
         # PYNATIVE on CPU: the pyboost fast path (ms_aten/fast_path.py), about 20x cheaper per
         # call than Custom's launch. GRAPH mode never calls __call__ (the op is a primitive
         # there), so it stays on the AOT kernel.
+        result: Any
         if self.device_target == "CPU" and not graph_mode() and fast_path.available():
             result = fast_path.call(self, *args)
         else:
@@ -111,8 +113,8 @@ class AtenOp(ops.Custom):
         # MindSpore asks for the bprop after inference: the one for the fixed pattern.
         return self._bprop_for(None if self.pattern is _UNSET else self.pattern)
 
-    def _bprop_for(self, pattern: Pattern | None) -> Callable:
-        bprop = self.bprops.get(pattern)
+    def _bprop_for(self, pattern: Pattern | None) -> Any:
+        bprop: Any = self.bprops.get(pattern)
         if bprop is None:
             bprop = self.bprops[pattern] = (_zeros_bprop(self.binding, pattern)
                                             if self.binding.returns_nothing
@@ -155,7 +157,7 @@ def _zeros_bprop(binding: Binding, pattern: Pattern | None) -> Callable:
     zeros_like = ops.ZerosLike()
 
     def gradients(inputs: tuple, out, dout):
-        grads = ()
+        grads: tuple = ()
         for x in inputs:
             grads = grads + (zeros_like(x),)
         return grads

@@ -14,7 +14,8 @@ route fixes it (op.py explains).
 """
 from __future__ import annotations
 
-from typing import Any, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 from mindspore.common import dtype as mstype
 
@@ -23,7 +24,8 @@ from .binding import Binding
 TENSOR, NUMBER, OMITTED = "t", "n", "-"
 # Per slot: TENSOR, NUMBER, OMITTED, a list length, or for a Tensor?[] with None holes a tuple
 # of TENSOR / OMITTED entries.
-Pattern = tuple[Union[str, int, tuple], ...]
+Fill = str | int | tuple
+Pattern = tuple[Fill, ...]
 
 
 # The MindSpore dtype of the 0-dim tensor torch makes of a Python number (c10::scalar_to_tensor).
@@ -47,14 +49,14 @@ def needs_explicit(binding: Binding) -> bool:
     return lists > 1 or (lists == 1 and binding.returns_list)
 
 
-def _check(binding: Binding, pattern: Pattern) -> Pattern | None:
+def _check(binding: Binding, pattern: Sequence[Fill]) -> Pattern | None:
     """The pattern, or None if it is the base pattern; TypeError if it cannot call the op."""
     slots = binding.slots
     if len(pattern) > len(slots):
         raise TypeError(f"ms_aten op '{binding.name}' takes {len(slots)} call-time arguments "
                         f"({', '.join(s.name for s in slots)}), got {len(pattern)}")
     pattern = tuple(pattern) + (OMITTED,) * (len(slots) - len(pattern))
-    for slot, fill in zip(slots, pattern):
+    for slot, fill in zip(slots, pattern, strict=True):
         if isinstance(fill, tuple) and slot.kind != "Tensor?[]":
             raise TypeError(f"ms_aten op '{binding.name}': argument '{slot.name}' ({slot.kind}) "
                             f"takes tensors only, got None in it")
@@ -76,7 +78,7 @@ def _check(binding: Binding, pattern: Pattern) -> Pattern | None:
     return pattern
 
 
-def _list_fill(entries: Sequence[bool]) -> int | tuple:
+def _list_fill(entries: Sequence[bool]) -> Fill:
     """A list's fill from which entries are present: its length, or the entries with holes."""
     if all(entries):
         return len(entries)
@@ -92,7 +94,7 @@ def from_call(binding: Binding, args: Sequence[Any]) -> Pattern | None:
 def from_infer_args(binding: Binding, args: Sequence[dict]) -> Pattern | None:
     """The pattern of MindSpore's infer arguments: a tuple input carries a tuple of dtypes, a
     Python number a number type where a tensor carries a TensorType."""
-    fills = []
+    fills: list[Fill] = []
     for arg in args:
         dtype = arg["dtype"]
         if isinstance(dtype, (tuple, list)):
@@ -123,7 +125,8 @@ def group(binding: Binding, pattern: Pattern | None, flat: Sequence[Any]) -> lis
     omitted one. The base pattern gives the one list whatever the fixed slots leave."""
     if pattern is None:
         return _group_base(binding, flat)
-    grouped, i = [], 0
+    grouped: list[Any] = []
+    i = 0
     for fill in pattern:
         if isinstance(fill, int):
             grouped.append(list(flat[i:i + fill]))

@@ -37,7 +37,7 @@ class Signature:
 
     def describe(self) -> str:
         return ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}"
-                         for s, d in zip(self.shapes, self.dtypes))
+                         for s, d in zip(self.shapes, self.dtypes, strict=True))
 
 
 @dataclass(frozen=True)
@@ -181,8 +181,9 @@ class _Builder:
                 tokens.append(consts.encode(arg, consts.check_constant(arg, value)))
             except consts.ConstantError as error:
                 raise self.fail(node, str(error)) from None
-        results = _meta_tensors(node.meta.get("val")) if schema.returns else []
-        if any(r is None for r in results) or (schema.returns and not results):
+        returned = _meta_tensors(node.meta.get("val")) if schema.returns else []
+        results = [r for r in returned if r is not None]
+        if len(results) != len(returned) or (schema.returns and not results):
             raise self.fail(node, f"it returns {', '.join(str(r.type) for r in schema.returns)}"
                                   "; a program node must return tensors")
         for r in results:
@@ -232,7 +233,7 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
     graph = exported.graph_module.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     user_inputs, constant_nodes = [], []
-    for node, spec in zip(placeholders, exported.graph_signature.input_specs):
+    for node, spec in zip(placeholders, exported.graph_signature.input_specs, strict=True):
         if spec.kind == InputKind.CONSTANT_TENSOR:
             constant_nodes.append((node, spec))
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and spec.target in position:
@@ -251,7 +252,7 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
             builder.call(node)
     output_node = next(n for n in graph.nodes if n.op == "output")
     output_ids, shapes, out_dtypes, mutations = [], [], [], []
-    for value, spec in zip(output_node.args[0], exported.graph_signature.output_specs):
+    for value, spec in zip(output_node.args[0], exported.graph_signature.output_specs, strict=True):
         if spec.kind == OutputKind.USER_INPUT_MUTATION:
             raise CaptureError(f"ms_aten: {name} writes its input {spec.target} in place; "
                                f"MindSpore owns its inputs: return the new value instead")
@@ -303,4 +304,5 @@ def check(program: Program) -> None:
 
 def example_like(signature: Signature) -> tuple[torch.Tensor, ...]:
     """Zero tensors with a signature's shapes and dtypes, to capture again for new shapes."""
-    return tuple(torch.zeros(s, dtype=d) for s, d in zip(signature.shapes, signature.dtypes))
+    return tuple(torch.zeros(s, dtype=d)
+                 for s, d in zip(signature.shapes, signature.dtypes, strict=True))

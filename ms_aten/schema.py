@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import difflib
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import torch
@@ -55,7 +55,7 @@ def _mutates(schema: Schema) -> bool:
     return any(arg.alias_info is not None and arg.alias_info.is_write for arg in schema.arguments)
 
 
-@lru_cache(maxsize=None)
+@cache
 def schemas(qualified: str) -> tuple[Schema, ...]:
     """Every dispatcher overload of an op, out= and in-place ones included."""
     found = tuple(s for s in torch._C._jit_get_schemas_for_operator(qualified) if _in_dispatcher(s))

@@ -15,8 +15,9 @@ read of a tensor's values.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import mindspore as ms
 import numpy as np
@@ -61,7 +62,7 @@ def run(module: ModuleType, op: AtenOp, vjp: Any, flat: Sequence[Tensor],
     for i, x in enumerate(flat):
         view = to_torch(x)
         if i in numbers:  # the number again as torch wraps it
-            view = wrapped_number(x.dtype, "cpu").fill_(view.item())
+            view = wrapped_number(x.dtype, view.item())
         items.append(view)
     try:
         with torch.no_grad():

@@ -10,7 +10,9 @@ PY="$VENV/bin/python"
 
 # The pins: torch==2.13.0 is the CPU wheel on disk (any other version pulls a CUDA build);
 # numpy<2 because MindSpore 2.10's PyNative arithmetic fails with numpy 2.
-REQUIREMENTS=(mindspore==2.10.0 torch==2.13.0 "numpy<2" pytest expecttest ninja matplotlib)
+# ruff, mypy: scripts/lint.sh (pinned so that a new release cannot fail CI on old code).
+REQUIREMENTS=(mindspore==2.10.0 torch==2.13.0 "numpy<2" pytest expecttest ninja matplotlib
+  ruff==0.17.6 mypy==2.4.1)
 
 if [ ! -x "$PY" ]; then
   echo "[setup] creating $VENV"

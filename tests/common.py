@@ -1,7 +1,8 @@
 """Shared test helpers: run a MindSpore op in either mode, convert to and from torch."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import mindspore as ms
 import torch
@@ -64,7 +65,7 @@ def assert_same(actual, expected, **tolerances) -> None:
     if isinstance(expected, (tuple, list)):
         assert isinstance(actual, tuple), f"expected a tuple of {len(expected)}, got {actual!r}"
         assert len(actual) == len(expected)
-        for a, e in zip(actual, expected):
+        for a, e in zip(actual, expected, strict=True):
             assert_same(a, e, **tolerances)
         return
     got = to_torch(actual)

@@ -47,17 +47,18 @@ import re
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Callable, Iterator, Sequence, Union
+from functools import cache, lru_cache
+from typing import Any
 
+import mindspore as ms
 import numpy as np
 import torch
+from mindspore import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import ms_aten  # noqa: I001  (imports torch first, then loads the bridge library)
-import mindspore as ms
-from mindspore import nn
 
 ms.set_device("CPU")
 
@@ -72,7 +73,7 @@ FORWARD_CHECKS = ("forward/pynative", "forward/graph")
 GRAD_CHECKS = ("grad/pynative", "grad/graph")
 CHECKS = FORWARD_CHECKS + GRAD_CHECKS
 
-Input = Union[torch.Tensor, tuple]  # a tensor, or a tuple of tensors for a Tensor[] argument
+Input = torch.Tensor | tuple  # a tensor, or a tuple of tensors for a Tensor[] argument
 OpInfo = Any  # torch.testing._internal.opinfo.core.OpInfo
 
 
@@ -232,7 +233,7 @@ def apply_cap(cases: list[Case], cap: int) -> list[Case]:
     return cases
 
 
-@lru_cache(maxsize=None)
+@cache
 def in_scope_cases(key: str) -> tuple[Case, ...]:
     """The in-scope cases of an OpInfo, in sample order (for tests that name them by position)."""
     return tuple(c for c in record_cases(key) if c.scope is None)
@@ -295,7 +296,7 @@ class BoundCall:
 def bind(call: RecordedCall) -> BoundCall:
     """Split a recorded call by its schema; Unsupported if ms_aten cannot take it."""
     arguments = call.func._schema.arguments
-    values = dict(zip((a.name for a in arguments), call.args))
+    values = dict(zip((a.name for a in arguments), call.args, strict=False))
     values.update(call.kwargs)
     inputs: list[Input] = []
     constants: dict[str, Any] = {}
@@ -372,7 +373,7 @@ def compare(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor],
     """None if the outputs agree, else a one-line description of the first difference."""
     if len(actual) != len(expected):
         return f"{len(actual)} outputs, torch gives {len(expected)}"
-    for i, (got, want) in enumerate(zip(actual, expected)):
+    for i, (got, want) in enumerate(zip(actual, expected, strict=True)):
         if got.dtype != want.dtype or got.shape != want.shape:
             return (f"output {i}: {got.dtype}{list(got.shape)}, "
                     f"torch gives {want.dtype}{list(want.shape)}")
@@ -514,7 +515,7 @@ def torch_gradients(bound: BoundCall) -> GradReference | str:
     except RuntimeError as error:
         return f"torch has no gradient ({describe(error)})"
     return GradReference(positions, weights, [torch.zeros_like(t) if g is None else g
-                                              for t, g in zip(wrt, grads)])
+                                              for t, g in zip(wrt, grads, strict=True)])
 
 
 def _gradient(bound: BoundCall, reference: GradReference) -> str | None:
@@ -534,7 +535,7 @@ def _single_output(func: torch._ops.OpOverload) -> bool:
     return len(returns) == 1 and str(returns[0].type) == "Tensor"
 
 
-Progress = Callable[[str, Union[Outcome, None]], None]  # (check, None when it starts)
+Progress = Callable[[str, Outcome | None], None]  # (check, None when it starts)
 
 
 def _no_progress(name: str, outcome: Outcome | None) -> None:

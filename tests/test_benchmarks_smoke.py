@@ -32,3 +32,12 @@ def test_quick_benchmark_writes_table_json_and_plot(tmp_path: Path) -> None:
 
     plot = tmp_path / "speed.png"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_quick_model_benchmark_checks_results_and_counts_one_launch() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_models.py"),
+                           "--quick"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=TIME_LIMIT_S)
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| gpt2-tiny")]
+    assert len(rows) == 1 and rows[0].split("|")[3].strip() == "1"  # launches per forward

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import ms_aten
+
 from common import assert_same, run, to_ms
 
 g = torch.Generator().manual_seed(0)
@@ -36,7 +37,8 @@ CASES = [
     ("cat", {"dim": 1}, ((X, X * 2),), lambda xs: torch.cat(xs, 1)),
     ("stack", {}, ((X, X, X),), torch.stack),
     ("index.Tensor", {}, (X, (IDX[:, 0], IDX[:, 1] % 3)), lambda x, i: x[i]),
-    ("layer_norm", {"normalized_shape": [4]}, (X, Y, Y), lambda x, w, b: F.layer_norm(x, [4], w, b)),
+    ("layer_norm", {"normalized_shape": [4]}, (X, Y, Y),
+     lambda x, w, b: F.layer_norm(x, [4], w, b)),
     ("layer_norm", {"normalized_shape": [4], "weight": None, "bias": None}, (X,),
      lambda x: F.layer_norm(x, [4])),
     ("mm", {}, (X, X.T.contiguous()), torch.mm),
@@ -87,7 +89,7 @@ def test_each_op_object_gets_its_own_kernel(mode):
     slopes = (0.1, 0.5)
     ops_ = [ms_aten.op("leaky_relu", negative_slope=s) for s in slopes]
     assert len({o.attrs["ms_aten_uid"] for o in ops_}) == 2
-    for op, slope in zip(ops_, slopes):
+    for op, slope in zip(ops_, slopes, strict=True):
         assert_same(run(op, (to_ms(X),), mode), F.leaky_relu(X, slope))
 
 

@@ -83,4 +83,6 @@ def test_functional_result_must_match_the_inferred_output():
 
 def test_aten_errors_cross_the_boundary_as_messages():
     a, b = np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)
-    assert "ms_aten: aten::mm: mat1 and mat2 shapes cannot be multiplied" in launch("call aten::mm . 1 t0 t1;out aten::mm out 1 t0 t1 o0", [a, b, np.zeros((2, 3), np.float32)])
+    spec = "call aten::mm . 1 t0 t1;out aten::mm out 1 t0 t1 o0"
+    message = launch(spec, [a, b, np.zeros((2, 3), np.float32)])
+    assert "ms_aten: aten::mm: mat1 and mat2 shapes cannot be multiplied" in message

@@ -7,10 +7,11 @@ import mindspore as ms
 import pytest
 import torch
 import torch.nn.functional as F
+from test_grad import cotangents, ms_grads, torch_grads
 
 import ms_aten
+
 from common import assert_same, run, set_mode, to_ms, to_torch
-from test_grad import cotangents, ms_grads, torch_grads
 
 g = torch.Generator().manual_seed(11)
 
@@ -125,7 +126,7 @@ def test_trailing_optional_tensors_left_out_are_none(mode, name, constants, inpu
     weights = cotangents((expected,))
     want = torch_grads(reference, inputs, weights)
     got = ms_grads(ms_aten.op(name, **constants), inputs, weights, mode)
-    for actual, grad in zip(got, want):
+    for actual, grad in zip(got, want, strict=True):
         torch.testing.assert_close(to_torch(actual), grad, rtol=1e-5, atol=1e-5)
 
 

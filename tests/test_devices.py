@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_c_boundary import ABS, launch
 from torch.utils.cpp_extension import include_paths
 
 import ms_aten
-from common import assert_same, run, to_ms
 from ms_aten import _lib
-from test_c_boundary import ABS, launch
+
+from common import assert_same, run, to_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 X = torch.randn(3, 4)
@@ -52,7 +53,8 @@ def test_device_pointer_handed_to_the_cpu_kernel_is_an_error_not_a_crash():
     del page  # unmapped now (nothing else references the buffer)
     fake = np.ndarray((4,), np.float32, buffer=(ctypes.c_char * 16).from_address(address))
     out = np.zeros(4, np.float32)
-    assert "buffer 0 at" in launch(ABS, [fake, out]) and "is not host memory" in launch(ABS, [fake, out])
+    message = launch(ABS, [fake, out])
+    assert "buffer 0 at" in message and "is not host memory" in message
 
 
 CUDA_HEADERS = Path("/usr/local/cuda/include/cuda_runtime_api.h")

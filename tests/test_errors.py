@@ -5,8 +5,9 @@ import pytest
 import torch
 
 import ms_aten
-from common import run, to_ms
 from ms_aten.infer import ShapeInferenceError
+
+from common import run, to_ms
 
 X = torch.randn(3, 4)
 
@@ -27,12 +28,14 @@ def test_unknown_overload_lists_the_real_ones():
 
 
 def test_unknown_constant_shows_the_schema():
-    with pytest.raises(TypeError, match=r"no argument named slope\n  schema: aten::leaky_relu\(Tensor self, Scalar neg"):
+    pattern = r"no argument named slope\n  schema: aten::leaky_relu\(Tensor self, Scalar neg"
+    with pytest.raises(TypeError, match=pattern):
         ms_aten.op("leaky_relu", slope=0.2)
 
 
 @pytest.mark.parametrize("name, constants, pattern", [
-    ("aten::leaky_relu", {"negative_slope": "big"}, r"'negative_slope' \(number\) expects number, got 'big'"),
+    ("aten::leaky_relu", {"negative_slope": "big"},
+     r"'negative_slope' \(number\) expects number, got 'big'"),
     ("aten::sum.dim_IntList", {"dim": [1.5]}, r"'dim'.*expects a list of ints, got \[1\.5\]"),
     ("aten::sum.dim_IntList", {"dim": [1], "dtype": torch.float8_e4m3fn}, r"'dtype'.*no MindSpore"),
     ("aten::mm", {"mat2": X}, r"'mat2' \(Tensor\) is a tensor: pass it at call time"),
@@ -62,7 +65,8 @@ def test_aten_shape_error_is_a_runtime_error_with_atens_message(mode):
 
 def test_kernel_error_reaches_python_and_the_next_op_runs(mode):
     # Index 5 is only checked by the CPU kernel: the error crosses the C++ barrier.
-    with pytest.raises(RuntimeError, match=r"ms_aten: aten::index\.Tensor.*index 5 is out of bounds"):
+    pattern = r"ms_aten: aten::index\.Tensor.*index 5 is out of bounds"
+    with pytest.raises(RuntimeError, match=pattern):
         # PYNATIVE launches asynchronously: the error surfaces at the next sync (asnumpy).
         run(ms_aten.op("index.Tensor"), to_ms((X, (torch.tensor([5]),))), mode).asnumpy()
     assert_still_works(mode)
@@ -108,6 +112,7 @@ def test_missing_library_is_an_import_error_with_a_rebuild_hint(tmp_path, monkey
 
 def test_graph_mode_dynamic_shapes_are_refused_by_name():
     import mindspore as ms
+
     from common import OpCell, set_mode
 
     set_mode("graph")

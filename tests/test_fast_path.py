@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from mindspore import mint
 
 import ms_aten
-from common import set_mode, to_ms, to_torch
 from ms_aten import fast_path
+
+from common import set_mode, to_ms, to_torch
 
 g = torch.Generator().manual_seed(7)
 
@@ -129,7 +130,7 @@ def regroup(flat_args: list, inputs: tuple) -> tuple:
 def torch_grads(reference, inputs, weights) -> list[torch.Tensor]:
     leaves = [x.clone().requires_grad_(x.dtype.is_floating_point) for x in flat(inputs)]
     outputs = as_tuple(reference(*regroup(leaves, inputs)))
-    loss = sum((o * w).sum() for o, w in zip(outputs, weights) if w is not None)
+    loss = sum((o * w).sum() for o, w in zip(outputs, weights, strict=True) if w is not None)
     grads = iter(torch.autograd.grad(loss, [x for x in leaves if x.requires_grad]))
     return [next(grads) if x.requires_grad else torch.zeros_like(x) for x in leaves]
 
@@ -139,7 +140,7 @@ def fast_grads(op, inputs, weights) -> list:
 
     def loss(*flat_args):
         outputs = as_tuple(fast_path.call(op, *regroup(list(flat_args), inputs)))
-        return sum((o * w).sum() for o, w in zip(outputs, ms_weights) if w is not None)
+        return sum((o * w).sum() for o, w in zip(outputs, ms_weights, strict=True) if w is not None)
 
     args = to_ms(flat(inputs))
     grads = ms.grad(loss, grad_position=tuple(range(len(args))))(*args)
@@ -154,7 +155,7 @@ def test_gradient_matches_torch_autograd(name, constants, inputs, reference):
     expected = torch_grads(reference, inputs, weights)
     got = fast_grads(ms_aten.op(name, **constants), inputs, weights)
     assert len(got) == len(expected)
-    for actual, want in zip(got, expected):
+    for actual, want in zip(got, expected, strict=True):
         torch.testing.assert_close(to_torch(actual), want, rtol=1e-5, atol=1e-5)
 
 

@@ -12,9 +12,10 @@ import torch.nn.functional as F
 from mindspore import ops
 
 import ms_aten
-from common import assert_same, run, to_ms
 from ms_aten import build as ms_build
 from ms_aten.dtypes import TORCH_TO_MS
+
+from common import assert_same, run, to_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED_INPUT = torch.tensor([[0.0, -0.1], [-0.2, 1.0]])

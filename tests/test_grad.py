@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from mindspore import nn
 
 import ms_aten
+
 from common import set_mode, to_ms, to_torch
 
 g = torch.Generator().manual_seed(1)
@@ -55,7 +56,7 @@ def torch_grads(reference, inputs, weights) -> list[torch.Tensor]:
     rebuilt = [tuple(next(it) for _ in x) if isinstance(x, tuple) else next(it) for x in inputs]
     outputs = reference(*rebuilt)
     outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    loss = sum((o * w).sum() for o, w in zip(outputs, weights) if w is not None)
+    loss = sum((o * w).sum() for o, w in zip(outputs, weights, strict=True) if w is not None)
     wrt = [x for x in leaves if x.requires_grad]
     grads = iter(torch.autograd.grad(loss, wrt))
     return [next(grads) if x.requires_grad else torch.zeros_like(x) for x in leaves]
@@ -86,7 +87,7 @@ class WeightedLoss(nn.Cell):
         if not isinstance(outputs, tuple):
             outputs = (outputs,)
         loss = 0.0
-        for output, weight in zip(outputs, self.weights):
+        for output, weight in zip(outputs, self.weights):  # noqa: B905 (GRAPH mode has no strict=)
             if weight is not None:
                 loss = loss + (output * weight).sum()
         return loss
@@ -104,11 +105,13 @@ def ms_grads(op, inputs, weights, mode: str) -> list:
 @pytest.mark.parametrize("name, constants, inputs, reference", CASES, ids=[c[0] for c in CASES])
 def test_gradient_matches_torch_autograd(mode, name, constants, inputs, reference):
     expected_outputs = reference(*inputs)
-    weights = cotangents(expected_outputs if isinstance(expected_outputs, tuple) else (expected_outputs,))
+    if not isinstance(expected_outputs, tuple):
+        expected_outputs = (expected_outputs,)
+    weights = cotangents(expected_outputs)
     expected = torch_grads(reference, inputs, weights)
     got = ms_grads(ms_aten.op(name, **constants), inputs, weights, mode)
     assert len(got) == len(expected)
-    for actual, want in zip(got, expected):
+    for actual, want in zip(got, expected, strict=True):
         torch.testing.assert_close(to_torch(actual), want, rtol=1e-5, atol=1e-5)
 
 

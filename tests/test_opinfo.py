@@ -7,9 +7,8 @@ scripts/opinfo_report.py.
 """
 from __future__ import annotations
 
-import pytest
-
 import opinfo_oracle as oracle
+import pytest
 
 # OpInfo key -> how many of its leading in-scope samples are checked.
 FORWARD = {

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_grad import cotangents, ms_grads, torch_grads
 
 import ms_aten
+
 from common import assert_same, run, to_ms, to_torch
-from test_grad import cotangents, ms_grads, torch_grads
 
 torch.manual_seed(5)
 
@@ -63,7 +64,7 @@ def test_rnn_gradients_match_torch_autograd(mode, kind, config):
     expected = torch_grads(reference, inputs, weights)
     got = ms_grads(op, inputs, weights, mode)
     assert len(got) == len(expected)
-    for actual, want in zip(got, expected):
+    for actual, want in zip(got, expected, strict=True):
         torch.testing.assert_close(to_torch(actual), want, rtol=1e-4, atol=1e-5)
 
 

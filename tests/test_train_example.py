@@ -1,4 +1,4 @@
-"""examples/train_mlp.py trains, and follows the PyTorch twin of the same network."""
+"""The training examples train, and follow the PyTorch twin of the same network."""
 from __future__ import annotations
 
 import importlib.util
@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_mlp.py"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def load_example():
-    spec = importlib.util.spec_from_file_location("train_mlp", EXAMPLE)
+def load_example(name: str = "train_mlp"):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["train_mlp"] = module  # MindSpore's graph parser looks modules up by name
+    sys.modules[name] = module  # MindSpore's graph parser looks modules up by name
     spec.loader.exec_module(module)
     return module
 
@@ -22,5 +22,13 @@ def load_example():
 def test_mlp_loss_falls_and_matches_pytorch(mode, steps):
     bridged, reference = load_example().main(["--steps", str(steps), "--mode", mode])
     assert bridged[-1] < 0.5 * bridged[0]
-    for step, (b, r) in enumerate(zip(bridged, reference)):
+    for step, (b, r) in enumerate(zip(bridged, reference, strict=True)):
         assert abs(b - r) <= 1e-4 * abs(r), f"step {step}: ms_aten {b} vs torch {r}"
+
+
+@pytest.mark.parametrize("mode, steps", [("graph", 60), ("pynative", 10)])
+def test_gpt2_finetune_follows_pytorch(mode, steps):
+    bridged, reference = load_example("finetune_gpt2").main(["--steps", str(steps), "--mode", mode])
+    assert bridged[-1] < 0.9 * bridged[0]
+    for step, (b, r) in enumerate(zip(bridged, reference, strict=True)):
+        assert abs(b - r) <= 1e-3 * abs(r), f"step {step}: ms_aten {b} vs torch {r}"

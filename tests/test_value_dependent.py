@@ -7,11 +7,12 @@ from __future__ import annotations
 import mindspore as ms
 import pytest
 import torch
+from test_grad import ms_grads, torch_grads
 
 import ms_aten
-from common import assert_same, run, set_mode, to_ms, to_torch
 from ms_aten import fast_path
-from test_grad import ms_grads, torch_grads
+
+from common import assert_same, run, set_mode, to_ms, to_torch
 
 g = torch.Generator().manual_seed(3)
 X = torch.randn(4, 5, generator=g)
@@ -100,3 +101,9 @@ def test_the_same_op_is_refused_in_graph_mode_and_runs_again_in_pynative():
 def test_the_static_alternative_works_in_both_modes(mode):
     op = ms_aten.op("nonzero_static", size=12, fill_value=-1)
     assert_same(run(op, (to_ms(MASK),), mode), torch.nonzero_static(MASK, size=12))
+
+
+def test_a_number_in_a_value_dependent_op():
+    # torch wraps the number: a float64 0-dim tensor, broadcast against the mask.
+    result = run(ms_aten.op("masked_select"), (2.0, to_ms(MASK)), "pynative")
+    assert_same(result, torch.masked_select(torch.tensor(2.0, dtype=torch.float64), MASK))

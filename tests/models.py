@@ -1,0 +1,114 @@
+"""Real models for the whole-model tests and benchmarks: HuggingFace transformers built from
+configs with random weights (nothing is downloaded), and torch.nn models.
+
+Each factory returns (module, example inputs, targets, loss name); `loss` names how a training
+step scores the module's output against the targets, in torch and in MindSpore alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from mindspore import nn as ms_nn
+from mindspore import ops
+from torch import nn
+
+
+@dataclass
+class Case:
+    module: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    target: torch.Tensor
+    loss: str  # 'lm' (next-token cross entropy), 'class' (cross entropy) or 'mse'
+
+
+def gpt2(layers: int = 2, hidden: int = 32, heads: int = 2, seq: int = 8, batch: int = 2,
+         vocab: int = 100, dropout: float = 0.1) -> Case:
+    import transformers
+
+    config = transformers.GPT2Config(
+        vocab_size=vocab, n_positions=max(seq, 32), n_embd=hidden, n_layer=layers, n_head=heads,
+        resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout, use_cache=False,
+        bos_token_id=0, eos_token_id=0)
+    tokens = torch.randint(0, vocab, (batch, seq + 1))
+    return Case(transformers.GPT2LMHeadModel(config).eval(), (tokens[:, :-1],), tokens[:, 1:],
+                "lm")
+
+
+def bert(layers: int = 2, hidden: int = 32, heads: int = 2, seq: int = 8, batch: int = 2,
+         vocab: int = 100, labels: int = 3, dropout: float = 0.1) -> Case:
+    import transformers
+
+    config = transformers.BertConfig(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=4 * hidden, max_position_embeddings=max(seq, 32), num_labels=labels,
+        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    return Case(transformers.BertForSequenceClassification(config).eval(),
+                (torch.randint(0, vocab, (batch, seq)),), torch.randint(0, labels, (batch,)),
+                "class")
+
+
+class SmallCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 6 * 6, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.bn(self.conv(x)))
+        x = torch.relu(self.bn2(self.conv2(x)))
+        return self.fc(x.flatten(1))
+
+
+def cnn(train: bool = False, batch: int = 4) -> Case:
+    module = SmallCNN().train(train)
+    return Case(module, (torch.randn(batch, 3, 8, 8),), torch.randint(0, 5, (batch,)), "class")
+
+
+class LSTMRegressor(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(4, 16, num_layers=2, batch_first=True)
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.lstm(x)
+        return self.head(y[:, -1])
+
+
+def lstm(batch: int = 4, seq: int = 6) -> Case:
+    return Case(LSTMRegressor(), (torch.randn(batch, seq, 4),), torch.randn(batch, 2), "mse")
+
+
+def logits(output) -> torch.Tensor:
+    """The tensor a torch module's output scores with (HF models return a ModelOutput)."""
+    return output.logits if hasattr(output, "logits") else output
+
+
+def torch_loss(kind: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    if kind == "lm":
+        return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+    if kind == "class":
+        return nn.functional.cross_entropy(out, target)
+    return nn.functional.mse_loss(out, target)
+
+
+class LossCell(ms_nn.Cell):
+    """torch_loss's twin in MindSpore: the model runs in ms_aten, the loss (and the optimizer)
+    are MindSpore's, as in a real port."""
+
+    def __init__(self, net: ms_nn.Cell, kind: str):
+        super().__init__()
+        self.net = net
+        self.kind = kind
+
+    def construct(self, x, target):
+        out = self.net(x)
+        if self.kind == "lm":
+            return ops.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+        if self.kind == "class":
+            return ops.cross_entropy(out, target)
+        return ops.mse_loss(out, target)

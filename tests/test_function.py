@@ -1,0 +1,149 @@
+"""torch functions as one MindSpore primitive (ms_aten.function), against torch eager/autograd."""
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from mindspore import nn
+
+import ms_aten
+
+from common import MODES, OpCell, assert_same, run, set_mode, to_ms, to_torch
+
+
+def quantize(x: torch.Tensor) -> torch.Tensor:
+    """The Torch-AIE custom-pass tutorial's quantize subgraph, fused into one kernel."""
+    return torch.clamp(torch.round(x * 12.5 + 3.0), -128, 127)
+
+
+def block(x, w, b, gamma):
+    h = F.gelu(F.linear(x, w, b))
+    h = F.layer_norm(h, [h.shape[-1]], gamma)
+    return h.softmax(-1), h.amax(-1)
+
+
+def gather_rows(table, index):
+    return torch.index_select(table, 0, index).sum(0) * 2
+
+
+class GradCell(nn.Cell):
+    """sum of (output_i * weights_i) over a function's outputs: one scalar to differentiate."""
+
+    def __init__(self, fn, n_out: int, returns_tuple: bool | None = None):
+        super().__init__()
+        self.fn = fn
+        self.n_out = n_out
+        self.returns_tuple = n_out > 1 if returns_tuple is None else returns_tuple
+
+    def construct(self, *args):
+        out = self.fn(*args)
+        if not self.returns_tuple:
+            return (out * out).sum()
+        total = (out[0] * out[0]).sum()
+        for i in range(1, self.n_out):
+            total = total + (out[i] * out[i]).sum()
+        return total
+
+
+def torch_grads(fn, inputs, n_out):
+    leaves = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    out = fn(*leaves)
+    outs = out if isinstance(out, tuple) else (out,)
+    sum((o * o).sum() for o in outs[:n_out]).backward()
+    return [x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves]
+
+
+CASES = {
+    "quantize": (quantize, lambda: (torch.randn(4, 16) * 8,), 1),
+    "block": (block, lambda: (torch.randn(3, 5, 16), torch.randn(8, 16), torch.randn(8),
+                              torch.randn(8)), 2),
+    "float64": (lambda x, y: torch.sin(x) * y.exp(), lambda: (torch.randn(3, 4).double(),
+                                                               torch.randn(4).double()), 1),
+    "int_index": (gather_rows, lambda: (torch.randn(6, 5), torch.tensor([0, 3, 3, 5])), 1),
+    "zero_dim": (lambda x, y: x * y + x, lambda: (torch.tensor(2.5), torch.randn(3)), 1),
+    "zero_size": (lambda x: (x * 2).sum(0), lambda: (torch.randn(0, 4),), 1),
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("name", list(CASES))
+def test_function_forward_and_gradients_match_torch(name, mode):
+    fn, make, n_out = CASES[name]
+    torch.manual_seed(0)
+    inputs = make()
+    op = ms_aten.function(fn, inputs)
+    assert isinstance(op, ms.ops.Custom)
+    expected = fn(*inputs)
+    assert_same(run(op, to_ms(inputs), mode), expected)
+    set_mode(mode)
+    positions = tuple(range(len(inputs)))
+    grads = ms.grad(GradCell(op, n_out), grad_position=positions)(*to_ms(inputs))
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    for got, want in zip(grads, torch_grads(fn, inputs, n_out), strict=True):
+        np.testing.assert_allclose(to_torch(got).numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_quantize_is_one_launch(mode):
+    x = torch.randn(64, 64) * 8
+    op = ms_aten.function(quantize, (x,))
+    assert op.program.n_nodes == 4  # mul, add, round, clamp
+    run(op, to_ms((x,)), mode).asnumpy()
+    before = ms_aten.launch_count()
+    assert_same(run(op, to_ms((x,)), mode), quantize(x))
+    assert ms_aten.launch_count() - before == 1
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_random_function_returns_the_rng_state_and_replays_it(mode):
+    def noisy(x, w):
+        return F.dropout(x * w, 0.5, True)
+
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    op = ms_aten.function(noisy, (x, w))
+    set_mode(mode)
+    cell = OpCell(op)
+    torch.manual_seed(3)
+    out, state = cell(*to_ms((x, w)))
+    out = out.asnumpy()  # MindSpore runs asynchronously: finish before reseeding torch
+    torch.manual_seed(3)
+    assert torch.equal(to_torch(state), torch.get_rng_state())
+    np.testing.assert_allclose(out, noisy(x, w).numpy(), rtol=1e-6)
+    torch.manual_seed(3)  # the same mask again; the backward must replay it
+    grad = ms.grad(GradCell(op, 1, returns_tuple=True), grad_position=1)(*to_ms((x, w)))
+    # out = mask * x * w / 0.5, so d/dw sum(out^2) = 2 out * mask x / 0.5 = 4 out x
+    np.testing.assert_allclose(grad.asnumpy(), 4 * out * x.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_other_shapes_recapture_in_pynative_and_fail_clearly_in_graph():
+    op = ms_aten.function(lambda x: x.cumsum(0) * 2, (torch.randn(4, 3),))
+    x = torch.randn(7, 2)
+    assert_same(run(op, to_ms((x,)), "pynative"), x.cumsum(0) * 2)
+    with pytest.raises(ms_aten.ShapeInferenceError, match=r"captured for inputs "
+                       r"\(float32\[4, 3\]\) and got \(float32\[7, 2\]\)"):
+        run(op, to_ms((x,)), "graph")
+
+
+def test_torch_library_op_inside_a_function():
+    lib = torch.library.Library("ms_aten_fn_test", "DEF")  # noqa: F841  (kept alive)
+    lib.define("scale_shift(Tensor x, float s) -> Tensor")
+    lib.impl("scale_shift", lambda x, s: x * s + 1, "CPU")
+    lib.impl("scale_shift", lambda x, s: torch.empty_like(x), "Meta")
+
+    def fn(x):
+        return torch.ops.ms_aten_fn_test.scale_shift(x, 3.0).relu()
+
+    x = torch.randn(5)
+    assert_same(run(ms_aten.function(fn, (x,)), to_ms((x,)), "graph"), fn(x))
+
+
+def test_function_errors():
+    with pytest.raises(TypeError, match="tuple of torch tensors"):
+        ms_aten.function(torch.relu, [torch.randn(2)])
+    with pytest.raises(ms_aten.CaptureError, match="torch.export cannot capture"):
+        ms_aten.function(lambda x: x * 2 if x.sum() > 0 else x, (torch.randn(3),))
+    op = ms_aten.function(torch.relu, (torch.randn(2),))
+    with pytest.raises(TypeError, match="takes 1 tensors, got 2"):
+        run(op, to_ms((torch.randn(2), torch.randn(2))), "graph")

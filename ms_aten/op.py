@@ -83,6 +83,13 @@ class AtenOp(ops.Custom):
 
     def __infer__(self, *args: dict) -> dict:
         pattern = patterns.from_infer_args(self.binding, args)
+        for slot, fill in zip(self.binding.slots, pattern or (), strict=False):
+            if isinstance(fill, tuple):  # a Tensor?[] with None entries
+                raise TypeError(
+                    f"ms_aten op '{self.binding.name}': argument '{slot.name}' holds None, and "
+                    f"MindSpore cannot hand a None inside a tuple to a Custom kernel (GRAPH mode, "
+                    f"or PYNATIVE off the CPU fast path). Run it in PYNATIVE mode on CPU, or use "
+                    f"an op without None entries (index_select for x[:, i])")
         self._fix_pattern(pattern)
         # One fake run gives shapes and dtypes together (Custom would infer them apart).
         shapes, types = flatten_infer_args(args)

@@ -279,3 +279,28 @@ def test_as_strided_with_a_storage_offset(mode):
     with pytest.raises(RuntimeError, match=r"aten::as_strided: setStorage.*out of bounds for "
                                            r"storage of size 48"):  # found by the kernel
         run(beyond, to_ms((x,)), mode).asnumpy()
+
+
+def test_index_with_none_holes_in_its_tensor_list():
+    # x[:, idx] as exported graphs hold it: index.Tensor(x, [None, idx]). The fast path takes it
+    # (gradients included); MindSpore cannot hand a None inside a tuple to a Custom kernel.
+    x, idx = randn(3, 4), torch.tensor([2, 0, 3])
+    op = ms_aten.op("index.Tensor")
+    assert_same(run(op, (to_ms(x), (None, to_ms(idx))), "pynative"), x[:, idx])
+    weights = [randn(3, 3)]
+    want = torch_grads(lambda t: t[:, idx], (x,), weights)
+
+    class Loss(ms.nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.index = ms_aten.op("index.Tensor")
+
+        def construct(self, t, i, w):
+            return (self.index(t, (None, i)) * w).sum()
+
+    set_mode("pynative")
+    got = ms.grad(Loss(), grad_position=0)(to_ms(x), to_ms(idx), to_ms(weights[0]))
+    torch.testing.assert_close(to_torch(got), want[0])
+    with pytest.raises(TypeError, match=r"'aten::index\.Tensor': argument 'indices' holds None"
+                                        r"(.|\n)*index_select"):
+        run(ms_aten.op("index.Tensor"), (to_ms(x), (None, to_ms(idx))), "graph")

@@ -165,15 +165,15 @@ VALUE_DEPENDENT = object()  # an Outputs entry: the op runs on its inputs' value
 
 
 def _flatten(args: Sequence[Any]) -> list[Any]:
-    """Call-time arguments as the kernel takes them: lists expanded (None holes dropped),
-    Python numbers as 0-dim tensors."""
+    """Call-time arguments as the kernel takes them: lists expanded, None (also inside a list)
+    dropped, Python numbers as 0-dim tensors."""
     flat: list[Any] = []
     for arg in args:
         if isinstance(arg, (tuple, list)):
             flat.extend(x for x in arg if x is not None)
         elif patterns.is_number(arg):  # a 0-dim tensor the kernel's w<j> token wraps again
             flat.append(Tensor(arg, patterns.number_dtype(arg)))
-        else:
+        elif arg is not None:
             flat.append(arg)
     return flat
 

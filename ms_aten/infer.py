@@ -53,11 +53,13 @@ def value_dependent_message(name: str, qualified: str) -> str:
 
 def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
     """Shapes and dtypes of MindSpore's infer arguments, tuple inputs expanded as the kernel
-    receives them (None holes of a Tensor?[] dropped). A tuple input carries a tuple of dtypes;
-    a tensor, one dtype; a Python number, its number type."""
+    receives them (None arguments and None holes of a Tensor?[] dropped). A tuple input carries
+    a tuple of dtypes; a tensor, one dtype; a Python number, its number type; None, None."""
     shapes: list[Shape] = []
     types: list[Any] = []
     for arg in args:
+        if arg["dtype"] is None:  # a None argument: the kernel gets no tensor for it
+            continue
         if isinstance(arg["dtype"], (tuple, list)):
             for shape, dtype in zip(arg["shape"], arg["dtype"], strict=True):
                 if isinstance(dtype, mstype.TensorType):

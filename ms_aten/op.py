@@ -83,13 +83,7 @@ class AtenOp(ops.Custom):
 
     def __infer__(self, *args: dict) -> dict:
         pattern = patterns.from_infer_args(self.binding, args)
-        for slot, fill in zip(self.binding.slots, pattern or (), strict=False):
-            if isinstance(fill, tuple):  # a Tensor?[] with None entries
-                raise TypeError(
-                    f"ms_aten op '{self.binding.name}': argument '{slot.name}' holds None, and "
-                    f"MindSpore cannot hand a None inside a tuple to a Custom kernel (GRAPH mode, "
-                    f"or PYNATIVE off the CPU fast path). Run it in PYNATIVE mode on CPU, or use "
-                    f"an op without None entries (index_select for x[:, i])")
+        self._check_nones(args, pattern)
         self._fix_pattern(pattern)
         # One fake run gives shapes and dtypes together (Custom would infer them apart).
         shapes, types = flatten_infer_args(args)
@@ -101,6 +95,24 @@ class AtenOp(ops.Custom):
         if len(out_shapes) == 1 and not self.binding.returns_list:
             return {"shape": out_shapes[0], "dtype": out_dtypes[0], "value": None}
         return {"shape": tuple(out_shapes), "dtype": tuple(out_dtypes), "value": None}
+
+    def _check_nones(self, args: tuple[dict, ...], pattern: Pattern | None) -> None:
+        # MindSpore hands a Custom kernel a buffer of dtype "none" for a None argument, and
+        # inserts a failing Cast for a tuple that starts with None: the Custom route takes
+        # neither (the fast path drops Nones itself).
+        for slot, arg, fill in zip(self.binding.slots, args, pattern or (), strict=False):
+            if arg["dtype"] is None:
+                raise TypeError(
+                    f"ms_aten op '{self.binding.name}': argument '{slot.name}' is None at call "
+                    f"time, which MindSpore cannot hand to a Custom kernel (GRAPH mode, or "
+                    f"PYNATIVE off the CPU fast path); give it as the constant "
+                    f"{slot.name}=None to ms_aten.op, or leave trailing ones out")
+            if isinstance(fill, tuple):  # a Tensor?[] with None entries
+                raise TypeError(
+                    f"ms_aten op '{self.binding.name}': argument '{slot.name}' holds None, and "
+                    f"MindSpore cannot hand a None inside a tuple to a Custom kernel (GRAPH mode, "
+                    f"or PYNATIVE off the CPU fast path). Run it in PYNATIVE mode on CPU, or use "
+                    f"an op without None entries (index_select for x[:, i])")
 
     def _fix_pattern(self, pattern: Pattern | None) -> None:
         if self.pattern is _UNSET:

@@ -4,6 +4,7 @@
     op(x, y)        # the base pattern: every slot a tensor
     op(x, 1)        # ('t', 'n'): a number where torch would wrap it as a 0-dim tensor
     ms_aten.op("layer_norm", normalized_shape=[4])(x)    # ('t', '-', '-'): optionals omitted
+    ms_aten.op("layer_norm", normalized_shape=[4])(x, None, b)    # ('t', '-', 't'): or None
     ms_aten.op("lstm.input", ...)(x, (h, c), params)     # ('t', 2, 8): two tensor lists
 
 The base pattern (None) is what the op spec of ms_aten.op describes: every slot filled by a
@@ -21,7 +22,7 @@ from mindspore.common import dtype as mstype
 
 from .binding import Binding
 
-TENSOR, NUMBER, OMITTED = "t", "n", "-"
+TENSOR, NUMBER, OMITTED = "t", "n", "-"  # OMITTED: left out, or None
 # Per slot: TENSOR, NUMBER, OMITTED, a list length, or for a Tensor?[] with None holes a tuple
 # of TENSOR / OMITTED entries.
 Fill = str | int | tuple
@@ -71,8 +72,8 @@ def _check(binding: Binding, pattern: Sequence[Fill]) -> Pattern | None:
             given = sum(f != OMITTED for f in pattern)
             raise TypeError(f"ms_aten op '{binding.name}' takes "
                             f"{sum(s.kind != 'Tensor?' for s in slots)} tensors "
-                            f"({', '.join(s.name for s in slots)}), got {given}; only trailing "
-                            f"Tensor? arguments may be left out")
+                            f"({', '.join(s.name for s in slots)}), got {given}; only Tensor? "
+                            f"arguments may be None or, at the end, left out")
     if not needs_explicit(binding) and all(f == TENSOR or isinstance(f, int) for f in pattern):
         return None
     return pattern
@@ -88,7 +89,8 @@ def _list_fill(entries: Sequence[bool]) -> Fill:
 def from_call(binding: Binding, args: Sequence[Any]) -> Pattern | None:
     """The pattern of op(*args) in PYNATIVE mode (tuples and lists fill tensor-list slots)."""
     return _check(binding, [_list_fill([x is not None for x in a]) if isinstance(a, (tuple, list))
-                            else NUMBER if is_number(a) else TENSOR for a in args])
+                            else NUMBER if is_number(a) else OMITTED if a is None else TENSOR
+                            for a in args])
 
 
 def from_infer_args(binding: Binding, args: Sequence[dict]) -> Pattern | None:
@@ -99,6 +101,8 @@ def from_infer_args(binding: Binding, args: Sequence[dict]) -> Pattern | None:
         dtype = arg["dtype"]
         if isinstance(dtype, (tuple, list)):
             fills.append(_list_fill([isinstance(d, mstype.TensorType) for d in dtype]))
+        elif dtype is None:  # a None argument
+            fills.append(OMITTED)
         else:
             fills.append(TENSOR if isinstance(dtype, mstype.TensorType) else NUMBER)
     return _check(binding, fills)

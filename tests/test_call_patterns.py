@@ -304,3 +304,16 @@ def test_index_with_none_holes_in_its_tensor_list():
     with pytest.raises(TypeError, match=r"'aten::index\.Tensor': argument 'indices' holds None"
                                         r"(.|\n)*index_select"):
         run(ms_aten.op("index.Tensor"), (to_ms(x), (None, to_ms(idx))), "graph")
+
+
+def test_none_at_call_time_for_an_optional_tensor():
+    x, b = randn(3, 4), randn(4)
+    op = ms_aten.op("layer_norm", normalized_shape=[4])
+    assert_same(run(op, (to_ms(x), None, to_ms(b)), "pynative"), F.layer_norm(x, [4], None, b))
+    with pytest.raises(TypeError, match=r"argument 'weight' is None at call time(.|\n)*the "
+                                        r"constant weight=None"):
+        run(op, (to_ms(x), None, to_ms(b)), "graph")
+    graph_op = ms_aten.op("layer_norm", normalized_shape=[4], weight=None)
+    assert_same(run(graph_op, (to_ms(x), to_ms(b)), "graph"), F.layer_norm(x, [4], None, b))
+    with pytest.raises(TypeError, match=r"only Tensor\? arguments may be None"):
+        run(ms_aten.op("mm"), (to_ms(x), None), "pynative")

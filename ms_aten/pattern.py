@@ -34,7 +34,8 @@ _NUMBER_DTYPES = ((bool, mstype.bool_), (int, mstype.int64), (float, mstype.floa
                   (complex, mstype.complex128))
 
 
-def number_dtype(value: bool | int | float | complex):
+def number_dtype(value: bool | int | float | complex) -> Any:
+    """The MindSpore dtype torch gives a Python number it wraps (float: double)."""
     return next(dtype for kind, dtype in _NUMBER_DTYPES if isinstance(value, kind))
 
 
@@ -108,13 +109,6 @@ def from_infer_args(binding: Binding, args: Sequence[dict]) -> Pattern | None:
     return _check(binding, fills)
 
 
-def flat_count(binding: Binding, pattern: Pattern | None, n_flat: int) -> int:
-    """How many flat call-time items (tensors, numbers) the pattern takes; n_flat for the base."""
-    if pattern is None:
-        return n_flat
-    return sum(items_of(f) for f in pattern)
-
-
 def items_of(fill) -> int:
     """Flat call-time items one slot's fill takes."""
     if isinstance(fill, int):
@@ -168,9 +162,10 @@ def _group_base(binding: Binding, flat: Sequence[Any]) -> list[Any]:
 
 
 def describe(pattern: Pattern | None) -> str:
-    """For messages: 'tensors' or e.g. '(tensor, number, omitted, list of 8)'."""
+    """For messages: 'tensors in every slot', or e.g. '(tensor, number, omitted, list of 8)'."""
     if pattern is None:
         return "tensors in every slot"
+
     def name(fill) -> str:
         if isinstance(fill, tuple):
             return "list " + "".join("T" if e == TENSOR else "_" for e in fill)

@@ -317,3 +317,15 @@ def test_none_at_call_time_for_an_optional_tensor():
     assert_same(run(graph_op, (to_ms(x), to_ms(b)), "graph"), F.layer_norm(x, [4], None, b))
     with pytest.raises(TypeError, match=r"only Tensor\? arguments may be None"):
         run(ms_aten.op("mm"), (to_ms(x), None), "pynative")
+
+
+def test_pynative_off_the_fast_path_takes_the_same_patterns(monkeypatch):
+    # As on a GPU context: PYNATIVE calls go through MindSpore's Custom launch.
+    from ms_aten import fast_path
+    monkeypatch.setattr(fast_path, "available", lambda: False)
+    x = randn(3, 4, dtype=torch.float16)
+    assert_same(run(ms_aten.op("add.Tensor"), (to_ms(x), 1.5), "pynative"), x + 1.5)
+    assert_same(run(ms_aten.op("layer_norm", normalized_shape=[4]), (to_ms(X),), "pynative"),
+                F.layer_norm(X, [4]))
+    with pytest.raises(ms_aten.infer.ValueDependentError, match=r"aten::nonzero"):
+        run(ms_aten.op("nonzero"), (to_ms(X),), "pynative")

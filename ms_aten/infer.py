@@ -39,16 +39,14 @@ _STATIC_ALTERNATIVES = {
     "aten::masked_select": "aten::where.self with a fill value (keeps the input's shape)",
     "aten::index": "integer indices, e.g. from aten::nonzero_static, instead of a bool mask",
 }
-_DEFAULT_ALTERNATIVE = ("aten::nonzero_static (a fixed upper bound on the count) to give the "
-                        "result a static shape")
 
 
 def value_dependent_message(name: str, qualified: str) -> str:
-    hint = _STATIC_ALTERNATIVES.get(qualified, _DEFAULT_ALTERNATIVE)
+    hint = _STATIC_ALTERNATIVES.get(qualified)
     return (f"ms_aten op '{name}': its output shape depends on its input values, which GRAPH "
             f"mode needs to know before the graph runs. Run it in PYNATIVE mode (on CPU, with the "
-            f"fast-path module built, ms_aten runs it there once its inputs are computed), or use "
-            f"{hint}")
+            f"fast-path module built, ms_aten runs it there once its inputs are computed)" +
+            (f", or use {hint}" if hint else "; ATen has no static form of it"))
 
 
 def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:

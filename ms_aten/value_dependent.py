@@ -45,7 +45,7 @@ def to_ms(t: torch.Tensor) -> Tensor:
     dtypes.to_ms(t.dtype)  # a TypeError naming the dtype if MindSpore has none
     if t.dtype == torch.bfloat16:
         return Tensor(t.float().numpy(), dtype=ms.bfloat16)
-    return Tensor.from_numpy(np.ascontiguousarray(t.numpy()))
+    return Tensor.from_numpy(t.contiguous().numpy())  # (numpy's ascontiguousarray makes 0-dim 1-d)
 
 
 def _results(value) -> list[torch.Tensor]:

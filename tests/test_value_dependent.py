@@ -107,3 +107,12 @@ def test_a_number_in_a_value_dependent_op():
     # torch wraps the number: a float64 0-dim tensor, broadcast against the mask.
     result = run(ms_aten.op("masked_select"), (2.0, to_ms(MASK)), "pynative")
     assert_same(result, torch.masked_select(torch.tensor(2.0, dtype=torch.float64), MASK))
+
+
+def test_value_dependent_op_with_a_0_dim_output():
+    # linalg_lstsq's residuals depend on the rank it finds; its rank output is 0-dim.
+    a, b = torch.randn(5, 3, generator=g), torch.randn(5, 2, generator=g)
+    result = run(ms_aten.op("linalg_lstsq", driver="gelsd"), to_ms((a, b)), "pynative")
+    expected = tuple(aten.linalg_lstsq(a, b, driver="gelsd"))
+    assert result[2].shape == ()
+    assert_same(result, expected, rtol=1e-4, atol=1e-5)

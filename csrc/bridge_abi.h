@@ -29,6 +29,11 @@ MS_ATEN_C_API const char* ms_aten_kernel_error(const void* kernel);
 MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params, int* ndims,
                                         int64_t** shapes, const char** dtypes, char* error,
                                         size_t error_size);
+// 1 if the kernel's launches write through its out= overload, 0 if they take the functional one
+// (it has none, or the out= overload proved unsound), -1 for NULL.
+MS_ATEN_C_API int ms_aten_kernel_uses_out(const void* kernel);
+// The kernel's name for messages ("aten::mm", "aten::mm (backward)"), valid while it lives.
+MS_ATEN_C_API const char* ms_aten_kernel_name(const void* kernel);
 
 // Implemented on the MindSpore side (extra_abi0.cpp). Never throws.
 // The state that MsAtenCallInit attached to MindSpore's AotExtra, or NULL.

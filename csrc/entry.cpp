@@ -123,6 +123,15 @@ MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params,
   return 1;
 }
 
+MS_ATEN_C_API int ms_aten_kernel_uses_out(const void* kernel) {
+  if (kernel == nullptr) return -1;
+  return static_cast<const ms_aten::Kernel*>(kernel)->uses_out() ? 1 : 0;
+}
+
+MS_ATEN_C_API const char* ms_aten_kernel_name(const void* kernel) {
+  return kernel_name(static_cast<const ms_aten::Kernel*>(kernel));
+}
+
 MS_ATEN_C_API int64_t ms_aten_launch_count() { return ms_aten::launch_count(); }
 
 MS_ATEN_C_API void ms_aten_set_num_threads(int n) { ms_aten::set_num_threads(n); }

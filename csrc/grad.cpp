@@ -21,73 +21,138 @@ int refused_input(const OpCall& call, const std::string& message, size_t n_input
   return call.input_of_argument(message.substr(begin, end - begin), static_cast<int>(n_inputs));
 }
 
+// The counts m(-1) .. m(order) of grad.h, from one launch's m(order) inputs and m(order-1)
+// outputs: counts[j + 1] = m(j).
+std::vector<size_t> chain_counts(int order, size_t n_inputs, size_t n_outputs) {
+  std::vector<size_t> counts(order + 2);
+  counts[order + 1] = n_inputs;
+  counts[order] = n_outputs;
+  for (int i = order - 1; i >= 0; --i) {
+    if (counts[i + 2] < counts[i + 1]) {
+      throw std::invalid_argument(c10::str("got ", n_inputs, " inputs and ", n_outputs,
+                                           " outputs, which does not fit an order-", order,
+                                           " backward"));
+    }
+    counts[i] = counts[i + 2] - counts[i + 1];
+  }
+  return counts;
+}
+
+// The results of the order-`order` function of the chain on `leaves` (its m(order) inputs):
+// the forward op for order 0, else the VJP of the order-(order-1) function. With create_graph,
+// autograd records them, so that the next order up can differentiate them again.
+std::vector<at::Tensor> evaluate(const OpCall& call, const std::vector<size_t>& counts, int order,
+                                 const std::vector<at::Tensor>& leaves, bool create_graph) {
+  if (order == 0) {
+    auto stack = call.stack(leaves, {});
+    call.op().callBoxed(stack);
+    auto results = returned_tensors(stack);
+    if (results.size() != counts[0]) {
+      throw std::runtime_error(c10::str("the forward returned ", results.size(),
+                                        " outputs, but the backward got ", counts[0],
+                                        " output gradients"));
+    }
+    return results;
+  }
+  // leaves = the previous function's inputs, then one gradient per its output.
+  const std::vector<at::Tensor> inner(leaves.begin(), leaves.begin() + counts[order]);
+  std::vector<at::Tensor> wrt;
+  std::vector<size_t> wrt_index;
+  for (size_t i = 0; i < inner.size(); ++i) {
+    if (inner[i].requires_grad()) {
+      wrt.push_back(inner[i]);
+      wrt_index.push_back(i);
+    }
+  }
+  std::vector<at::Tensor> results(inner.size());
+  if (!wrt.empty()) {
+    const auto outputs = evaluate(call, counts, order - 1, inner, /*create_graph=*/true);
+    std::vector<at::Tensor> diff_outputs;
+    std::vector<at::Tensor> diff_grads;
+    for (size_t j = 0; j < outputs.size(); ++j) {
+      // Outputs autograd did not record are constants here (an integer output, or a gradient
+      // that is zero whatever the inputs, as floor's).
+      if (outputs[j].requires_grad()) {
+        diff_outputs.push_back(outputs[j]);
+        diff_grads.push_back(leaves[inner.size() + j]);
+      }
+    }
+    if (diff_outputs.empty() && order == 1) {
+      throw std::runtime_error(
+          "not differentiable: torch autograd records no gradient from its outputs to its inputs");
+    }
+    if (!diff_outputs.empty()) {
+      std::vector<at::Tensor> grads;
+      try {
+        grads = torch::autograd::grad(diff_outputs, wrt, diff_grads, create_graph, create_graph,
+                                      /*allow_unused=*/true);
+      } catch (const c10::Error& error) {
+        if (order == 1) throw;
+        // Above order 1 this differentiates torch's own backward formulas, which not every op
+        // supports (derivatives "not implemented", once_differentiable functions).
+        throw std::runtime_error(
+            "torch cannot differentiate " + call.name() +
+            (order == 2 ? " twice" : " " + std::to_string(order) + " times") + ": " +
+            error.what_without_backtrace());
+      }
+      for (size_t k = 0; k < grads.size(); ++k) results[wrt_index[k]] = grads[k];
+    }
+  }
+  // Inputs that get no gradient (integers, unused, refused by torch) get zeros of their dtype.
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].defined()) results[i] = at::zeros_like(inner[i]);
+  }
+  return results;
+}
+
 }  // namespace
+
+std::string vjp_suffix(int order) {
+  if (order == 1) return " (backward)";
+  if (order == 2) return " (second-order backward)";
+  return " (order-" + std::to_string(order) + " backward)";
+}
 
 // The route: re-run the forward op under autograd on views of the saved inputs, then ask
 // autograd for the VJP. Recomputing costs one forward, but it covers every op the dispatcher
 // can differentiate, with the derivative formulas torch itself uses (explicit *_backward ops
 // such as convolution_backward are what autograd calls underneath, so calling them by hand
-// would save only the forward, and would need per-op code).
+// would save only the forward, and would need per-op code). Higher orders recompute the chain
+// below them with create_graph and differentiate once more.
 void run_vjp(const OpCall& call, const std::vector<at::Tensor>& inputs,
              const std::vector<at::Tensor>& outputs) {
-  const size_t n_in = outputs.size();
+  const int order = call.order();
+  const auto counts = chain_counts(order, inputs.size(), outputs.size());
+  const size_t n_forward_inputs = counts[1];
   c10::AutoGradMode grad_mode(true);
 
-  for (const auto& out : outputs) out.zero_();  // inputs that get no gradient get zeros
-  std::vector<bool> refused(n_in, false);  // inputs torch will not differentiate (running_mean)
-  std::vector<at::Tensor> wrt;
-  std::vector<size_t> wrt_index;
-  std::vector<c10::IValue> stack;
+  std::vector<bool> refused(n_forward_inputs, false);  // autograd refuses them (running_mean)
+  std::vector<at::Tensor> results;
   while (true) {
     std::vector<at::Tensor> leaves;
-    wrt.clear();
-    wrt_index.clear();
-    for (size_t i = 0; i < n_in; ++i) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
       at::Tensor leaf = inputs[i].detach();
       const auto type = leaf.scalar_type();
-      if (!refused[i] && (at::isFloatingType(type) || at::isComplexType(type))) {
+      // Only the first m(order-1) inputs are ever differentiated: each order's function
+      // differentiates a prefix of its inputs.
+      if (i < outputs.size() && !(i < n_forward_inputs && refused[i]) &&
+          (at::isFloatingType(type) || at::isComplexType(type))) {
         leaf.requires_grad_(true);
-        wrt.push_back(leaf);
-        wrt_index.push_back(i);
       }
       leaves.push_back(leaf);
     }
-    if (wrt.empty()) return;
-    stack = call.stack(leaves, {});
     try {
-      call.op().callBoxed(stack);
+      results = evaluate(call, counts, order, leaves, /*create_graph=*/false);
       break;
     } catch (const c10::Error& error) {
       // Autograd refuses some floating inputs by name ("... is not differentiable with respect
       // to argument 'running_mean'"); they get zeros, the others are recomputed.
-      const int input = refused_input(call, error.what_without_backtrace(), n_in);
+      const int input = refused_input(call, error.what_without_backtrace(), n_forward_inputs);
       if (input < 0 || refused[input]) throw;
       refused[input] = true;
     }
   }
-  const auto results = returned_tensors(stack);
-  if (n_in + results.size() != inputs.size()) {
-    throw std::runtime_error(c10::str("the forward returned ", results.size(),
-                                      " outputs, but the backward got ", inputs.size() - n_in,
-                                      " output gradients"));
-  }
-  std::vector<at::Tensor> diff_outputs;
-  std::vector<at::Tensor> diff_grads;
-  for (size_t j = 0; j < results.size(); ++j) {
-    if (results[j].requires_grad()) {
-      diff_outputs.push_back(results[j]);
-      diff_grads.push_back(inputs[n_in + j]);
-    }
-  }
-  if (diff_outputs.empty()) {
-    throw std::runtime_error(
-        "not differentiable: torch autograd records no gradient from its outputs to its inputs");
-  }
-  const auto grads = torch::autograd::grad(diff_outputs, wrt, diff_grads, /*retain_graph=*/false,
-                                           /*create_graph=*/false, /*allow_unused=*/true);
-  for (size_t k = 0; k < grads.size(); ++k) {
-    if (grads[k].defined()) copy_into_output(outputs[wrt_index[k]], grads[k], wrt_index[k]);
-  }
+  for (size_t i = 0; i < results.size(); ++i) copy_into_output(outputs[i], results[i], i);
 }
 
 }  // namespace ms_aten

@@ -13,8 +13,11 @@ namespace ms_aten {
 
 Kernel::Kernel(std::unique_ptr<OpCall> call, std::unique_ptr<OpCall> out, std::string error)
     : call_(std::move(call)), out_(std::move(out)), error_(std::move(error)) {
-  name_ = call_ ? call_->name() + (call_->kind() == SpecKind::kVjp ? " (backward)" : "")
-                : "ms_aten";
+  if (!call_) {
+    name_ = "ms_aten";
+  } else {
+    name_ = call_->name() + (call_->kind() == SpecKind::kVjp ? vjp_suffix(call_->order()) : "");
+  }
 }
 
 Kernel::Kernel(std::unique_ptr<Program> program)
@@ -75,9 +78,11 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   std::vector<at::Tensor> outputs(tensors.begin() + n_in, tensors.end());
   if (program_) return program_->run(inputs, outputs);
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
-  if (out_ && !out_unsound_.load(std::memory_order_relaxed)) {
+  if (uses_out()) {
     if (try_out(inputs, outputs)) return;
     // The out= kernel may have resized our views: write the functional result into new ones.
+    // If the functional call throws too, the input was at fault: it propagates, and the out=
+    // kernel stays in use.
     auto fresh = get_torch_tensors(nparam - n_in, params + n_in, ndims + n_in, shapes + n_in,
                                    dtypes + n_in, device);
     run_call(inputs, fresh);

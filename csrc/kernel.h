@@ -23,6 +23,8 @@ class Kernel {
   void launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
               c10::Device device) const;
   const std::string& name() const { return name_; }
+  // Whether launches write through the out= overload (false: none, or it proved unsound).
+  bool uses_out() const { return out_ && !out_unsound_.load(std::memory_order_relaxed); }
   // The reason the spec could not be decoded, or "" (ms_aten_kernel_error).
   const std::string& error() const { return error_; }
 
@@ -31,14 +33,18 @@ class Kernel {
   explicit Kernel(std::unique_ptr<Program> program);
 
   void run_call(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
-  // False when the out= kernel resized, re-allocated or failed; the outputs are then suspect.
+  // False when the out= kernel threw, or resized or re-pointed an output; the outputs are then
+  // suspect.
   bool try_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
 
   std::unique_ptr<OpCall> call_;
   std::unique_ptr<OpCall> out_;
   std::unique_ptr<Program> program_;
-  // Set once the out= overload proved unusable here while the functional one worked (torch's
-  // mse_loss.out resizes its output, for one): later launches go straight to the functional.
+  // Set once the out= overload failed, resized or re-pointed an output where the functional
+  // overload then worked (torch's mse_loss.out resizes its 0-dim output, which throws on
+  // MindSpore's non-resizable buffers): later launches go straight to the functional. A failure
+  // the functional overload shares (a user's bad input) says nothing about the out= kernel and
+  // leaves it in use.
   mutable std::atomic<bool> out_unsound_{false};
   std::string name_;
   std::string error_;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "bridge_abi.h"
 #include "ms_ext.h"
@@ -126,10 +127,16 @@ std::vector<int> list_members(const std::string& token, bool optional) {
   return members;
 }
 
-SpecKind parse_kind(const std::string& spec, const std::string& word) {
+SpecKind parse_kind(const std::string& spec, const std::string& word, int* order) {
   if (word == "call") return SpecKind::kCall;
   if (word == "out") return SpecKind::kOut;
-  if (word == "vjp") return SpecKind::kVjp;
+  if (word.rfind("vjp", 0) == 0) {
+    const std::string digits = word.substr(3);
+    const bool valid = digits.empty() || (digits.find_first_not_of("0123456789") ==
+                                              std::string::npos && digits.size() < 3);
+    *order = !valid ? 0 : digits.empty() ? 1 : std::stoi(digits);
+    if (*order >= 1) return SpecKind::kVjp;
+  }
   fail(spec, "unknown kind '" + word + "'");
 }
 
@@ -138,7 +145,7 @@ SpecKind parse_kind(const std::string& spec, const std::string& word) {
 OpCall::OpCall(const std::string& spec) {
   const auto words = split(spec, ' ');
   if (words.size() < 4) fail(spec, "expected '<kind> <op> <overload> <outputs> <args...>'");
-  kind_ = parse_kind(spec, words[0]);
+  kind_ = parse_kind(spec, words[0], &order_);
   const std::string overload = words[2] == "." ? "" : words[2];
   name_ = words[1] + (overload.empty() ? "" : "." + overload);
   // Only names that torch's dispatcher knows can be called: the spec carries no code.
@@ -205,9 +212,22 @@ OpCall::OpCall(const std::string& spec) {
 
 int OpCall::input_count(int nparam) const {
   if (kind_ == SpecKind::kVjp) {
-    // nparam = forward inputs + output gradients (the VJP's inputs) + input gradients.
-    const int forward_inputs = has_list_ ? (nparam - fixed_outputs_) / 2 : fixed_inputs_;
-    return nparam - forward_inputs;
+    // The order-k VJP takes m(k) tensors and returns m(k-1), where m(-1) = the forward's
+    // outputs, m(0) = its inputs and m(j) = m(j-1) + m(j-2); so nparam = m(k+1). Each m(j) is
+    // a(j) * inputs + b(j) * outputs, and one of the two counts is fixed by the spec.
+    int64_t a_prev = 0, b_prev = 1, a = 1, b = 0;  // m(-1), m(0)
+    for (int j = 0; j < order_; ++j) {
+      std::tie(a_prev, b_prev, a, b) = std::make_tuple(a, b, a + a_prev, b + b_prev);
+    }
+    const int64_t a_all = a + a_prev, b_all = b + b_prev;  // m(k+1)
+    int64_t n_in = fixed_inputs_, n_out = fixed_outputs_;
+    if (has_list_) {
+      n_in = (nparam - b_all * n_out) % a_all == 0 ? (nparam - b_all * n_out) / a_all : -1;
+    } else if (n_out < 0) {
+      n_out = (nparam - a_all * n_in) % b_all == 0 ? (nparam - a_all * n_in) / b_all : -1;
+    }
+    if (n_in < 0 || n_out < 0 || a_all * n_in + b_all * n_out != nparam) return -1;
+    return static_cast<int>(a * n_in + b * n_out);
   }
   if (returns_nothing()) return nparam - 1;  // one placeholder output
   return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;

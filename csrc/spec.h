@@ -2,6 +2,7 @@
 //
 // The spec is a primitive attribute written by ms_aten/binding.py: space-separated tokens,
 //   <kind> <qualified op name> <overload or "."> <output count, "*" or "0"> <argument>...
+// where <kind> is call, out, or vjp / vjp<k> (the order-k vector-Jacobian product, csrc/grad.h).
 // An output count of "*" means the op returns Tensor[] and MindSpore's buffers say how many;
 // "0" means it returns nothing, and MindSpore gives it one placeholder output that stays unused.
 // One argument token per schema argument, in schema order:
@@ -44,6 +45,8 @@ class OpCall {
   explicit OpCall(const std::string& spec);
 
   SpecKind kind() const { return kind_; }
+  // For a VJP spec, how many times the op is differentiated (vjp: 1, vjp2: 2, ...); else 0.
+  int order() const { return order_; }
   const std::string& name() const { return name_; }
   const c10::OperatorHandle& op() const { return *op_; }
 
@@ -90,6 +93,7 @@ class OpCall {
             int list_len, const std::vector<at::Tensor>& outputs) const;
 
   SpecKind kind_;
+  int order_ = 0;
   std::string name_;  // "aten::max.dim", for messages
   std::optional<c10::OperatorHandle> op_;  // set by the constructor; the type has no default
   int fixed_outputs_ = -1;     // -1: the op returns Tensor[] and the count comes from nparam

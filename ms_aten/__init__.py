@@ -7,6 +7,8 @@ import torch  # noqa: F401  (first: libms_aten.so needs libtorch loaded)
 
 from ._lib import launch_count
 from ._lib import library as _library
+from .build import BuildError
+from .constants import ConstantError
 from .function import AtenFunction, function
 from .infer import ShapeInferenceError
 from .module import TorchModule, module
@@ -18,6 +20,7 @@ from .threads import get_num_threads, set_num_threads
 _library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
 
-__all__ = ["AtenFunction", "AtenOp", "CaptureError", "ShapeInferenceError", "TorchModule",
-           "function", "get_num_threads", "launch_count", "module", "op", "set_num_threads"]
+__all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "ConstantError",
+           "ShapeInferenceError", "TorchModule", "function", "get_num_threads",
+           "launch_count", "module", "op", "set_num_threads"]
 __version__ = "0.1.0"

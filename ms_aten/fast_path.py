@@ -131,6 +131,11 @@ class _OpState:
         self.module = module
         self.op = op
 
+    @property
+    def forward(self) -> Any:
+        """The forward kernel of the base pattern (every slot a tensor)."""
+        return self.kernels_for(None)[0]
+
     def kernels_for(self, pattern: Pattern | None) -> tuple[Any, Any]:
         """(forward, VJP) kernels for a call pattern."""
         pair = self.kernels.get(pattern)

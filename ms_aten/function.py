@@ -41,6 +41,12 @@ class ProgramVjp(ops.Custom):
             return {"shape": shapes[0], "dtype": types[0], "value": None}
         return {"shape": tuple(shapes[:n_in]), "dtype": tuple(types[:n_in]), "value": None}
 
+    def get_bprop(self):
+        """Asked for by MindSpore only for a gradient of a gradient."""
+        raise RuntimeError(f"ms_aten: {self.program.name} (backward): gradients of order 2 "
+                           f"through a whole program are not supported; build the function "
+                           f"from ms_aten.op calls, which differentiate to any order")
+
     def _unused(self, *args):
         raise AssertionError("unreachable: ProgramVjp.__infer__ infers shapes")
 

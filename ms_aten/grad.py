@@ -1,4 +1,15 @@
-"""Backward of a bridged op: a second bridged kernel that runs torch autograd (csrc/grad.cpp)."""
+"""Backward of a bridged op, of any order: bridged kernels that run torch autograd (csrc/grad.h).
+
+The forward op's bprop calls the order-1 VJP kernel; each VJP kernel's bprop calls the next
+order's, built when MindSpore first asks for it (ms.grad of ms.grad), so gradients of gradients
+(gradient penalties, Hessian-vector products) work in both modes.
+
+Call structure. MindSpore hands a bprop the primitive's arguments as they were passed: a
+Tensor[] argument is one tuple. The order-k VJP is called with its own arguments (those of the
+order-(k-1) function), then the cotangents of that function's outputs grouped as the
+order-(k-2) function's arguments are (a tuple for a tuple), so every bprop has a fixed number of
+parameters. The kernels see the same tensors flattened (csrc/grad.h has the counts).
+"""
 from __future__ import annotations
 
 import linecache
@@ -11,38 +22,111 @@ from mindspore.common import dtype as mstype
 from . import _lib
 from . import pattern as patterns
 from .binding import SPEC_ATTR, Binding
-from .infer import flatten_infer_args
+from .infer import flatten_infer_args, graph_mode
 from .pattern import Pattern
 
 
-def forward_input_count(binding: Binding, n_tensors: int, pattern: Pattern | None = None) -> int:
-    """How many of the VJP's n_tensors inputs are forward inputs (the rest: output grads)."""
-    if pattern is not None:
-        return sum(patterns.items_of(fill) for fill in pattern)
-    if binding.list_position is None:
-        return len(binding.slots)
-    return n_tensors - len(binding.schema.returns)
+def _as_tuple(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _regroup(flat: tuple, like: tuple) -> tuple:
+    """flat (one tensor per tensor in `like`) grouped as `like` is: a tuple (or list) of n in
+    `like` gets a tuple of the next n tensors. Written for MindSpore's GRAPH-mode compiler."""
+    grouped: tuple = ()
+    i = 0
+    for arg in like:
+        if isinstance(arg, (tuple, list)):
+            grouped = grouped + (flat[i:i + len(arg)],)
+            i = i + len(arg)
+        else:
+            grouped = grouped + (flat[i],)
+            i = i + 1
+    return grouped
+
+
+def _expands_dout(binding: Binding) -> bool:
+    """Whether the forward's dout is passed on one tensor per output (a fixed number of outputs
+    of mixed dtypes), rather than as one argument: one tensor, or a Tensor[] return's tuple,
+    whose tensors share a dtype as a GRAPH-mode tuple input must."""
+    return len(binding.schema.returns) > 1 and not binding.returns_list
+
+
+def _arity(binding: Binding, order: int, pattern: Pattern | None = None) -> int:
+    """How many arguments the order-`order` function takes (0: the forward op, called with
+    the call pattern's arguments: pattern.py)."""
+    n_args = len(binding.slots) if pattern is None else sum(
+        fill != patterns.OMITTED for fill in pattern)
+    before, current = (len(binding.schema.returns) if _expands_dout(binding) else 1, n_args)
+    for _ in range(order):
+        before, current = current, current + before
+    return current
+
+
+def _counts(binding: Binding, order: int, n_tensors: int,
+            pattern: Pattern | None = None) -> tuple[int, int]:
+    """(inputs, outputs) of the order-`order` VJP kernel given its n_tensors inputs: m(order)
+    and m(order-1) of csrc/grad.h, solved as csrc/spec.cpp's OpCall::input_count does. A call
+    pattern (pattern.py) fixes the forward's input count."""
+    (a_prev, b_prev), (a, b) = (0, 1), (1, 0)  # m(-1) = outputs, m(0) = inputs of the forward
+    for _ in range(order):
+        (a_prev, b_prev), (a, b) = (a, b), (a + a_prev, b + b_prev)
+    if pattern is not None or binding.list_position is None:
+        n_in = (len(binding.slots) if pattern is None
+                else sum(patterns.items_of(fill) for fill in pattern))
+        n_out = (n_tensors - a * n_in) // b if binding.returns_list else len(binding.schema.returns)
+    else:
+        n_out = len(binding.schema.returns)
+        n_in = (n_tensors - b * n_out) // a
+    return a * n_in + b * n_out, a_prev * n_in + b_prev * n_out
 
 
 class AtenVjp(ops.Custom):
-    """Inputs: the forward's call-time tensors, then one gradient per forward output.
-    Outputs: one gradient per forward call-time tensor, shaped and typed like it (a Python
-    number's gradient is a 0-dim tensor of its number type)."""
+    """The order-`order` VJP of a bridged op. Inputs: the order-(order-1) function's inputs
+    (order 1: the forward's call-time tensors), then one gradient per its output. Outputs: one
+    gradient per order-(order-1) input, shaped and typed like it (a Python number's gradient is
+    a 0-dim tensor of its number type). `pattern`: the forward's call pattern (pattern.py)."""
 
-    def __init__(self, binding: Binding, pattern: Pattern | None = None):
+    bprop: Bprop | None  # set by ops.Custom.__init__; get_bprop builds it
+
+    def __init__(self, binding: Binding, order: int = 1, device_target: str | None = None,
+                 pattern: Pattern | None = None):
         self.binding = binding
+        self.order = order
         self.pattern = pattern
-        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
+        self.device_target = device_target or _lib.current_target()  # retarget() changes it
+        super().__init__(_lib.kernel(self.device_target), out_shape=self._unused,
                          out_dtype=self._unused, func_type="aot")
-        self.add_prim_attr(SPEC_ATTR, binding.spec("vjp", pattern=pattern))
+        kind = "vjp" if order == 1 else f"vjp{order}"
+        self.add_prim_attr(SPEC_ATTR, binding.spec(kind, pattern=pattern))
+        if self.device_target != _lib.current_target():
+            ops.Custom.set_device(self, self.device_target)
 
     def __infer__(self, *args: dict) -> dict:
         shapes, types = flatten_infer_args(args)
         types = [t if isinstance(t, mstype.TensorType) else mstype.TensorType(t) for t in types]
-        n_in = forward_input_count(self.binding, len(shapes), self.pattern)
-        if n_in == 1:
+        _, n_out = _counts(self.binding, self.order, len(shapes), self.pattern)
+        if n_out == 1:
             return {"shape": shapes[0], "dtype": types[0], "value": None}
-        return {"shape": tuple(shapes[:n_in]), "dtype": tuple(types[:n_in]), "value": None}
+        return {"shape": tuple(shapes[:n_out]), "dtype": tuple(types[:n_out]), "value": None}
+
+    def get_bprop(self) -> Callable:
+        """This VJP's own bprop, the next order's VJP: built the first time MindSpore asks."""
+        if self.bprop is None:
+            if self.binding.list_position is not None and not graph_mode():
+                # PYNATIVE reaches this Custom route only without the fast-path module; there
+                # MindSpore 2.10 fails on a bprop that returns a Tensor[]'s gradients as a
+                # nested tuple once it records it for a higher order (a ValueError of its own).
+                raise RuntimeError(
+                    f"ms_aten: {self.binding.name}: gradients of order {self.order + 1} of ops "
+                    f"with a Tensor[] input need GRAPH mode or the PYNATIVE fast path (build it "
+                    f"with `python -m ms_aten.fast_path`)")
+            self.bprop = _vjp_bprop(self)
+        elif self.bprop.vjp.device_target != self.device_target:
+            from .op import retarget  # op.py imports this module
+
+            retarget(self.bprop.vjp, self.device_target)
+        return self.bprop
 
     def _unused(self, *args):
         raise AssertionError("unreachable: AtenVjp.__infer__ infers shapes")
@@ -78,42 +162,34 @@ class Bprop(Protocol):
 
 
 def make_bprop(binding: Binding, pattern: Pattern | None = None) -> Bprop:
-    """The bprop MindSpore calls as bprop(*inputs, out, dout), in both modes, for one call
-    pattern (pattern.py): one parameter per call-time argument.
+    """The forward op's bprop, which MindSpore calls as bprop(*inputs, out, dout), in both
+    modes, for one call pattern (pattern.py): one parameter per call-time argument.
 
-    It must stay within what MindSpore's GRAPH mode can compile: tuple slicing, star-args,
-    loops over constant tuples.
+    It, and _vjp_bprop's, must stay within what MindSpore's GRAPH mode can compile: tuple
+    slicing, star-args, loops over tuples.
     """
-    vjp = AtenVjp(binding, pattern)
-    list_at = binding.list_position
-    multi_out = binding.returns_list or len(binding.schema.returns) > 1
-    # Per call-time argument of an explicit pattern: -1 for a tensor or number, else how many
-    # flat gradients its list gets.
-    layout = None if pattern is None else tuple(
-        -1 if fill in (patterns.TENSOR, patterns.NUMBER) else patterns.items_of(fill)
-        for fill in pattern if fill != patterns.OMITTED)
+    vjp = AtenVjp(binding, pattern=pattern)
+    expand_dout = _expands_dout(binding)
 
     def gradients(inputs: tuple, out, dout):
-        grads = vjp(*inputs, *dout) if multi_out else vjp(*inputs, dout)
-        if not isinstance(grads, tuple):
-            grads = (grads,)
-        if layout is not None:
-            grouped: tuple = ()
-            i = 0
-            for n in layout:
-                if n < 0:
-                    grouped = grouped + (grads[i],)
-                    i = i + 1
-                else:
-                    grouped = grouped + (grads[i:i + n],)
-                    i = i + n
-            return grouped
-        if list_at is None:
-            return grads  # one gradient per input
-        n_list = len(inputs[list_at])
-        return grads[:list_at] + (grads[list_at:list_at + n_list],) + grads[list_at + n_list:]
+        cotangents = dout if expand_dout else (dout,)
+        return _regroup(_as_tuple(vjp(*inputs, *cotangents)), inputs)
 
-    arity = len(binding.slots) if layout is None else len(layout)
-    bprop = cast(Bprop, with_arity(arity, gradients))
+    bprop = cast(Bprop, with_arity(_arity(binding, 0, pattern), gradients))
     bprop.vjp = vjp  # AtenOp.set_device moves the backward kernel along with the forward
+    return bprop
+
+
+def _vjp_bprop(vjp: AtenVjp) -> Bprop:
+    """The bprop of an order-k VJP: the order-(k+1) VJP, called with the order-k one's arguments
+    and the cotangents of its outputs, grouped as the order-(k-1) function's arguments."""
+    next_vjp = AtenVjp(vjp.binding, vjp.order + 1, vjp.device_target, vjp.pattern)
+    n_like = _arity(vjp.binding, vjp.order - 1, vjp.pattern)
+
+    def gradients(inputs: tuple, out, dout):
+        cotangents = _regroup(_as_tuple(dout), inputs[:n_like])
+        return _regroup(_as_tuple(next_vjp(*inputs, *cotangents)), inputs)
+
+    bprop = cast(Bprop, with_arity(_arity(vjp.binding, vjp.order, vjp.pattern), gradients))
+    bprop.vjp = next_vjp
     return bprop

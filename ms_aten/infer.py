@@ -43,8 +43,8 @@ _STATIC_ALTERNATIVES = {
 
 def value_dependent_message(name: str, qualified: str) -> str:
     hint = _STATIC_ALTERNATIVES.get(qualified)
-    return (f"ms_aten op '{name}': its output shape depends on its input values, which GRAPH "
-            f"mode needs to know before the graph runs. Run it in PYNATIVE mode (on CPU, with the "
+    return (f"ms_aten op '{name}': its output shape depends on input values, which GRAPH mode "
+            f"needs to know before the graph runs. Run it in PYNATIVE mode (on CPU, with the "
             f"fast-path module built, ms_aten runs it there once its inputs are computed)" +
             (f", or use {hint}" if hint else "; ATen has no static form of it"))
 

@@ -47,6 +47,7 @@ class AtenOp(ops.Custom):
         self.binding = binding
         self.infer = infer
         self.device_target = _lib.current_target()  # retarget() changes it
+        infer.device = _torch_device(self.device_target)
         self.pattern: Any = _UNSET  # fixed by the first __infer__
         self.bprops: dict[Pattern | None, Any] = {}  # bprops carry their VJP kernel (grad.py)
         explicit = patterns.needs_explicit(binding)
@@ -160,13 +161,19 @@ class AtenOp(ops.Custom):
         for bprop in self.bprops.values():
             if getattr(bprop, "vjp", None) is not None:
                 retarget(bprop.vjp, device_target)
-        self.infer.device = "cuda" if device_target == "GPU" else "cpu"
+        self.infer.device = _torch_device(device_target)
         return self
 
     def _shapes(self, *shapes):  # Custom requires these callables; __infer__ replaces them
         raise AssertionError("unreachable: AtenOp.__infer__ infers shapes")
 
     _dtypes = _shapes
+
+
+def _torch_device(device_target: str) -> str:
+    """The device of the fake tensors that infer shapes for a MindSpore device target (shapes
+    can differ by device: CPU's native_batch_norm returns empty statistics in eval mode)."""
+    return "cuda" if device_target == "GPU" else "cpu"
 
 
 def _zeros_bprop(binding: Binding, pattern: Pattern | None) -> Callable:

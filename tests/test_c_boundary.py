@@ -1,41 +1,16 @@
 """libms_aten.so's C surface, driven through ctypes: spec decoding, dtypes, errors."""
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 import pytest
 
-from ms_aten import _lib
-
-lib = _lib.library()
-lib.ms_aten_kernel_create.restype = ctypes.c_void_p
-lib.ms_aten_kernel_create.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-lib.ms_aten_kernel_destroy.argtypes = [ctypes.c_void_p]
-lib.ms_aten_kernel_launch.argtypes = [
-    ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int),
-    ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), ctypes.POINTER(ctypes.c_char_p),
-    ctypes.c_char_p, ctypes.c_size_t]
+from common import BridgeKernel
 
 
 def launch(spec: str, arrays: list[np.ndarray], dtype_names: list[str] | None = None) -> str:
     """Runs `spec` on numpy buffers (inputs, then outputs) as MindSpore would; '' or the error."""
-    kernel = lib.ms_aten_kernel_create(spec.encode(), None)
-    try:
-        n = len(arrays)
-        params = (ctypes.c_void_p * n)(*(a.ctypes.data for a in arrays))
-        ndims = (ctypes.c_int * n)(*(a.ndim for a in arrays))
-        # 0-dim tensors arrive with a NULL shape, as MindSpore sends them.
-        shapes = (ctypes.POINTER(ctypes.c_int64) * n)(*(
-            (ctypes.c_int64 * a.ndim)(*a.shape) if a.ndim else None for a in arrays))
-        names = dtype_names or [str(a.dtype) for a in arrays]
-        dtypes = (ctypes.c_char_p * n)(*(d.encode() for d in names))
-        error = ctypes.create_string_buffer(1024)
-        status = lib.ms_aten_kernel_launch(kernel, n, params, ndims, shapes, dtypes, error, 1024)
-        assert status == (1 if error.value else 0)
-        return error.value.decode()
-    finally:
-        lib.ms_aten_kernel_destroy(kernel)
+    with BridgeKernel(spec) as kernel:
+        return kernel.launch(arrays, dtype_names)
 
 
 ABS = "call aten::abs . 1 t0;out aten::abs out 1 t0 o0"

@@ -80,7 +80,7 @@ def test_kernel_error_reaches_python_and_the_next_op_runs(mode):
 ])
 def test_value_dependent_shape_is_refused_in_graph_mode_at_compile_time(name, inputs, alternative):
     # PYNATIVE runs them (tests/test_value_dependent.py); GRAPH mode must know shapes ahead.
-    with pytest.raises(ShapeInferenceError, match=rf"'aten::{name.split('.')[0]}.*depends on its "
+    with pytest.raises(ShapeInferenceError, match=rf"'aten::{name.split('.')[0]}.*depends on "
                                                   rf"input values(.|\n)*{alternative}"):
         run(ms_aten.op(name), to_ms(inputs), "graph")
     assert_still_works("graph")

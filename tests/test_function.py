@@ -147,3 +147,25 @@ def test_function_errors():
     op = ms_aten.function(torch.relu, (torch.randn(2),))
     with pytest.raises(TypeError, match="takes 1 tensors, got 2"):
         run(op, to_ms((torch.randn(2), torch.randn(2))), "graph")
+
+
+class _SumOf(nn.Cell):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def construct(self, x):
+        return self.fn(x).sum()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_second_order_through_a_program_is_a_clear_error(mode):
+    op = ms_aten.function(lambda x: torch.tanh(x) * x, (torch.randn(3),))
+    x = to_ms((torch.randn(3),))[0]
+    set_mode(mode)
+    with pytest.raises(RuntimeError, match=r"<lambda> \(backward\): gradients of order 2 through "
+                                           r"a whole program are not supported"):
+        ms.grad(_SumOf(ms.grad(_SumOf(op))))(x)
+    xt = to_torch(x).requires_grad_()
+    (torch.tanh(xt) * xt).sum().backward()
+    np.testing.assert_allclose(ms.grad(_SumOf(op))(x).asnumpy(), xt.grad.numpy(), rtol=1e-5)

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from mindspore import nn
 
 import ms_aten
+from ms_aten import fast_path
 
 from common import set_mode, to_ms, to_torch
 
@@ -161,3 +162,213 @@ def test_inputs_torch_refuses_to_differentiate_get_zeros(mode):
                                    [torch.tensor(2.0)], mode)
     torch.testing.assert_close(to_torch(grad_x), expected, rtol=1e-5, atol=1e-6)
     assert not to_torch(grad_target).any()
+
+
+# ---- second order -------------------------------------------------------------------------
+
+def randn64(*shape: int) -> torch.Tensor:
+    return randn(*shape, dtype=torch.float64)
+
+
+X64, W64 = randn64(3, 4), randn64(4)
+
+# (ms_aten name, constants, float64 inputs, torch reference); every input is differentiated
+SECOND_ORDER_CASES = [
+    ("tanh", {}, (X64,), torch.tanh),
+    ("gelu", {}, (X64,), F.gelu),
+    ("mul.Tensor", {}, (X64, W64), torch.mul),
+    ("mm", {}, (X64, randn64(4, 5)), torch.mm),
+    ("softmax.int", {"dim": 1}, (X64,), lambda x: x.softmax(1)),
+    ("layer_norm", {"normalized_shape": [4]}, (X64, W64, randn64(4)),
+     lambda x, w, b: F.layer_norm(x, [4], w, b)),
+]
+
+
+def torch_hessian_vector(reference, inputs, weight, vectors) -> list[torch.Tensor]:
+    """d/d(inputs) of <d loss/d(inputs), vectors>, loss = sum(reference(*inputs) * weight):
+    torch.autograd.grad with create_graph, then again."""
+    leaves = [x.clone().requires_grad_() for x in inputs]
+    loss = (reference(*leaves) * weight).sum()
+    first = torch.autograd.grad(loss, leaves, create_graph=True)
+    inner = sum((g * v).sum() for g, v in zip(first, vectors, strict=True))
+    second = torch.autograd.grad(inner, leaves, allow_unused=True)
+    return [torch.zeros_like(x) if s is None else s for x, s in zip(inputs, second, strict=True)]
+
+
+def ms_hessian_vector(op, inputs, weight, vectors, mode: str) -> list:
+    """The same through ms.grad(ms.grad(...)): a Hessian-vector product."""
+    set_mode(mode)
+    net = WeightedLoss(op, (to_ms(weight),), (0,) * len(inputs))
+    positions = tuple(range(len(inputs)))
+    first = ms.grad(net, grad_position=positions)
+    ms_vectors = to_ms(vectors)
+
+    def inner(*args):
+        grads = first(*args)
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        total = 0.0
+        for i in range(len(ms_vectors)):  # compiled in GRAPH mode: no zip(strict=)
+            total = total + (grads[i] * ms_vectors[i]).sum()
+        return total
+
+    second = ms.grad(inner, grad_position=positions)(*to_ms(inputs))
+    return list(second) if isinstance(second, tuple) else [second]
+
+
+@pytest.mark.parametrize("name, constants, inputs, reference", SECOND_ORDER_CASES,
+                         ids=[c[0] for c in SECOND_ORDER_CASES])
+def test_second_order_gradient_matches_torch_autograd(mode, name, constants, inputs, reference):
+    weight = randn64(*reference(*inputs).shape)
+    vectors = [randn64(*x.shape) for x in inputs]
+    expected = torch_hessian_vector(reference, inputs, weight, vectors)
+    got = ms_hessian_vector(ms_aten.op(name, **constants), inputs, weight, vectors, mode)
+    assert len(got) == len(expected)
+    for actual, want in zip(got, expected, strict=True):
+        torch.testing.assert_close(to_torch(actual), want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name, constants", [("tanh", {}), ("gelu", {}),
+                                             ("softmax.int", {"dim": 1})])
+def test_hessian_vector_product_matches_finite_differences(mode, name, constants):
+    # H v = (grad(x + eps v) - grad(x - eps v)) / 2 eps, from first-order ms_aten gradients.
+    op = ms_aten.op(name, **constants)
+    weight, vector = randn64(3, 4), randn64(3, 4)
+    (analytic,) = ms_hessian_vector(op, (X64,), weight, [vector], mode)
+    eps = 1e-6
+    (plus,) = ms_grads(op, (X64 + eps * vector,), [weight], mode)
+    (minus,) = ms_grads(op, (X64 - eps * vector,), [weight], mode)
+    numeric = (to_torch(plus) - to_torch(minus)) / (2 * eps)
+    torch.testing.assert_close(to_torch(analytic), numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_third_order_gradient_matches_torch_autograd(mode):
+    # Each backward kernel's backward is built when first asked for: the chain goes on.
+    set_mode(mode)
+    tanh = ms_aten.op("tanh")
+
+    def loss(x):
+        return tanh(x).sum()
+
+    third = ms.grad(ms.grad(ms.grad(loss)))(to_ms(X64))
+    leaf = X64.clone().requires_grad_()
+    (first,) = torch.autograd.grad(torch.tanh(leaf).sum(), leaf, create_graph=True)
+    (second,) = torch.autograd.grad(first.sum(), leaf, create_graph=True)
+    (want,) = torch.autograd.grad(second.sum(), leaf)
+    torch.testing.assert_close(to_torch(third), want, rtol=1e-10, atol=1e-10)
+
+
+class PenaltyNet(nn.Cell):
+    """A small network of ms_aten ops: sum(layer_norm(gelu(x @ w), gamma, beta) * c)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.mm, self.gelu = ms_aten.op("mm"), ms_aten.op("gelu")
+        self.norm = ms_aten.op("layer_norm", normalized_shape=[5])
+        self.c = c
+
+    def construct(self, x, w, gamma, beta):
+        return (self.norm(self.gelu(self.mm(x, w)), gamma, beta) * self.c).sum()
+
+
+def test_gradient_penalty_matches_torch_autograd(mode):
+    # ||d f/dx||^2 differentiated with respect to the weights, as WGAN-GP and R1 do.
+    x, w, gamma, beta, c = randn64(3, 4), randn64(4, 5), randn64(5), randn64(5), randn64(3, 5)
+    leaves = [t.clone().requires_grad_() for t in (x, w, gamma, beta)]
+    out = (F.layer_norm(F.gelu(leaves[0] @ leaves[1]), [5], leaves[2], leaves[3]) * c).sum()
+    (grad_x,) = torch.autograd.grad(out, leaves[0], create_graph=True)
+    # beta does not reach d f/dx: its gradient is zero
+    expected = [torch.zeros_like(t) if g is None else g for t, g in zip(
+        (w, gamma, beta), torch.autograd.grad((grad_x ** 2).sum(), leaves[1:], allow_unused=True),
+        strict=True)]
+
+    set_mode(mode)
+    grad_x_of = ms.grad(PenaltyNet(to_ms(c)), grad_position=0)
+
+    def penalty(x, w, gamma, beta):
+        return (grad_x_of(x, w, gamma, beta) ** 2).sum()
+
+    got = ms.grad(penalty, grad_position=(1, 2, 3))(*to_ms((x, w, gamma, beta)))
+    for actual, want in zip(got, expected, strict=True):
+        torch.testing.assert_close(to_torch(actual), want, rtol=1e-9, atol=1e-10)
+
+
+def test_op_torch_cannot_differentiate_twice_raises_by_name(mode):
+    # torch has no derivative for _cdist_backward: the first order works, the second says why.
+    op = ms_aten.op("cdist")
+    a, b = randn64(3, 4), randn64(5, 4)
+    leaf = a.clone().requires_grad_()
+    (want,) = torch.autograd.grad(torch.cdist(leaf, b).sum(), leaf)
+
+    def distance(u, v):
+        return op(u, v).sum()
+
+    set_mode(mode)
+    first = ms.grad(distance)(*to_ms((a, b)))
+    torch.testing.assert_close(to_torch(first), want)
+    message = (r"aten::cdist \(second-order backward\): torch cannot differentiate aten::cdist "
+               r"twice: the derivative for '_cdist_backward' is not implemented")
+    with pytest.raises(RuntimeError, match=message):
+        ms.grad(ms.grad(distance))(*to_ms((a, b))).asnumpy()
+    # The process lives on, and later gradients are right.
+    torch.testing.assert_close(to_torch(ms.grad(distance)(*to_ms((a, b)))), want)
+
+
+class StructuredNet(nn.Cell):
+    """Ops whose backwards regroup tensors: a Tensor[] input (cat), outputs of mixed dtypes
+    (max.dim), a Tensor[] output (unbind)."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.cat, self.max = ms_aten.op("cat", dim=0), ms_aten.op("max.dim", dim=1)
+        self.unbind, self.tanh = ms_aten.op("unbind", dim=0), ms_aten.op("tanh")
+        self.c = c
+
+    def construct(self, x, w):
+        h = self.tanh(self.cat((x * w, x)))
+        values, _ = self.max(h * self.c)
+        rows = self.unbind(h)
+        return values.sum() + (rows[0] * rows[1]).sum()
+
+
+def test_gradient_penalty_through_lists_and_multiple_outputs(mode):
+    x, w, c = randn64(3, 4), randn64(4), randn64(6, 4)
+
+    def reference(x, w):
+        h = torch.tanh(torch.cat((x * w, x)))
+        rows = h.unbind(0)
+        return (h * c).max(1).values.sum() + (rows[0] * rows[1]).sum()
+
+    leaves = [t.clone().requires_grad_() for t in (x, w)]
+    (grad_x,) = torch.autograd.grad(reference(*leaves), leaves[0], create_graph=True)
+    (want,) = torch.autograd.grad((grad_x ** 2).sum(), leaves[1])
+
+    set_mode(mode)
+    grad_x_of = ms.grad(StructuredNet(to_ms(c)), grad_position=0)
+
+    def penalty(x, w):
+        return (grad_x_of(x, w) ** 2).sum()
+
+    got = ms.grad(penalty, grad_position=1)(*to_ms((x, w)))
+    torch.testing.assert_close(to_torch(got), want, rtol=1e-9, atol=1e-10)
+
+
+def test_second_order_without_the_fast_path_module(monkeypatch):
+    # PYNATIVE falls back to the Custom route when the fast-path module is missing: there the
+    # VJP primitives' own bprops give second orders, except through a Tensor[] input.
+    monkeypatch.setattr(fast_path, "available", lambda: False)
+    set_mode("pynative")
+    weight, vector = randn64(3, 4), randn64(3, 4)
+    expected = torch_hessian_vector(torch.tanh, (X64,), weight, [vector])
+    got = ms_hessian_vector(ms_aten.op("tanh"), (X64,), weight, [vector], "pynative")
+    torch.testing.assert_close(to_torch(got[0]), expected[0], rtol=1e-10, atol=1e-10)
+
+    cat = ms_aten.op("cat", dim=0)
+
+    def through_cat(x):
+        return (cat((x, x)) ** 3).sum()
+
+    with pytest.raises(RuntimeError, match=r"aten::cat: gradients of order 2 of ops with a "
+                                           r"Tensor\[\] input need GRAPH mode or the PYNATIVE"):
+        ms.grad(ms.grad(through_cat))(to_ms(X64))
+    (want,) = torch_grads(lambda x: torch.cat((x, x)) ** 3, (X64,), [torch.ones(6, 4)])
+    torch.testing.assert_close(to_torch(ms.grad(through_cat)(to_ms(X64))), want)

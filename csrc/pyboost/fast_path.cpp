@@ -7,13 +7,15 @@
 //
 // Python API (module built as ms_aten_fast_path):
 //   mindspore_version: str              the MindSpore it was compiled against
-//   Kernel(spec: str, name: str)        one libms_aten kernel (forward or VJP spec)
+//   Kernel(spec: str, name: str)        one libms_aten kernel (forward or VJP spec);
+//                                       .name, .uses_out (launches go through its out= overload)
 //   Outputs(shapes, dtypes, single)     the output tensors of one call: shapes, dtype names
 //   run(forward, vjp, inputs, outputs)  -> Tensor (single) or tuple of Tensors
 //   adopt(vjp, inputs, outputs, single) -> the same, for outputs computed already
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -65,17 +67,38 @@ TypeId type_id(const std::string& dtype) {
 // and an autograd node waiting for its backward both keep it alive after the Python op is gone.
 class Kernel {
  public:
+  // name: for messages; empty takes libms_aten's ("aten::mm (second-order backward)").
   Kernel(const std::string& spec, std::string name)
-      : handle_(ms_aten_kernel_create(spec.c_str(), nullptr)), name_(std::move(name)) {
+      : handle_(ms_aten_kernel_create(spec.c_str(), nullptr)), spec_(spec), name_(std::move(name)) {
     // create() never throws; a spec it cannot decode yields a kernel that fails at launch with
     // the reason, so only an allocation failure gives NULL.
-    if (handle_ == nullptr) throw std::runtime_error("ms_aten: cannot create kernel " + name_);
+    if (handle_ == nullptr) throw std::runtime_error("ms_aten: cannot create kernel " + spec);
+    if (name_.empty()) name_ = ms_aten_kernel_name(handle_);
   }
   ~Kernel() { ms_aten_kernel_destroy(handle_); }
   Kernel(const Kernel&) = delete;
   Kernel& operator=(const Kernel&) = delete;
 
   const std::string& name() const { return name_; }
+  // Whether launches write through the op's out= overload (csrc/kernel.h).
+  bool uses_out() const { return ms_aten_kernel_uses_out(handle_) == 1; }
+
+  // For a VJP kernel (spec "vjp[k] ..."): the VJP of this VJP (spec "vjp<k+1> ..."), built on
+  // first use, so a chain of backwards is only as long as the gradients taken.
+  std::shared_ptr<const Kernel> next_order() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!next_) {
+      const size_t space = spec_.find(' ');
+      const std::string kind = spec_.substr(0, space);
+      if (kind.rfind("vjp", 0) != 0 || space == std::string::npos) {
+        throw std::logic_error("ms_aten: " + name_ + " is not a backward kernel");
+      }
+      const int order = kind.size() == 3 ? 1 : std::stoi(kind.substr(3));
+      next_ = std::make_shared<const Kernel>("vjp" + std::to_string(order + 1) +
+                                             spec_.substr(space), "");
+    }
+    return next_;
+  }
 
   // Runs in MindSpore's device task (see AtenRunner) once every buffer is allocated. Throws
   // std::runtime_error with libms_aten's message ("ms_aten: <op>: <reason>"); MindSpore
@@ -108,7 +131,10 @@ class Kernel {
 
  private:
   void* handle_;
+  std::string spec_;
   std::string name_;
+  mutable std::mutex mutex_;
+  mutable std::shared_ptr<const Kernel> next_;
 };
 using KernelPtr = std::shared_ptr<const Kernel>;
 
@@ -189,19 +215,19 @@ class KernelValue final : public mindspore::Value {
 };
 constexpr char kVjpKey[] = "ms_aten_vjp";
 
-// Backward = the VJP kernel (csrc/grad.cpp): inputs are the forward inputs then one gradient
-// per forward output; outputs are one gradient per forward input, shaped and typed like it.
+TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
+                              const std::vector<ms::Tensor>& inputs,
+                              const std::vector<mindspore::ShapeVector>& shapes,
+                              const std::vector<TypeId>& types);
+
+// Backward = the node's VJP kernel (csrc/grad.h): inputs are the node's forward inputs, then one
+// gradient per forward output; outputs are one gradient per forward input, shaped and typed like
+// it. The same holds at every order: a node whose forward is itself a VJP kernel has the next
+// order's VJP as its backward.
 struct AtenFunction {
   static TensorPtrList Backward(autograd::AutogradContext* ctx, TensorPtrList grad_outputs) {
     const TensorPtrList saved = ctx->GetSavedTensors();
-    const auto& vjp = ctx->saved_data.at(kVjpKey)->cast_ptr<KernelValue>()->kernel();
-    // MindSpore records a backward only when it is differentiated again (grad of grad). The
-    // VJP kernel has no backward of its own, so that would silently give zeros: refuse.
-    if (mindspore::pynative::GradState::Get().RequiresGrad()) {
-      throw std::runtime_error("ms_aten: " + vjp->name() +
-                               ": higher-order gradients (a gradient of a gradient) are not "
-                               "supported");
-    }
+    const KernelPtr vjp = ctx->saved_data.at(kVjpKey)->cast_ptr<KernelValue>()->kernel();
     std::vector<ms::Tensor> inputs;
     std::vector<mindspore::ShapeVector> shapes;
     std::vector<TypeId> types;
@@ -216,6 +242,13 @@ struct AtenFunction {
         throw std::runtime_error("ms_aten: " + vjp->name() + ": missing output gradient");
       }
       inputs.emplace_back(g);
+    }
+    // MindSpore's autograd engine runs every backward under RequireGradGuard(create_graph): set
+    // exactly while this backward is itself differentiated (ms.grad of ms.grad), and restored
+    // when the backward ends, even by an exception. GradState, which MindSpore can leave set
+    // after an exception inside ms.grad, says nothing about this backward.
+    if (mindspore::kernel::pyboost::OpRunStatus::Get().RequireGrad()) {
+      return apply_with_grad(vjp, vjp->next_order(), inputs, shapes, types);
     }
     return tensor_ptrs(launch(vjp, inputs, shapes, types));
   }
@@ -258,10 +291,11 @@ TensorPtrList record_with_grad(const std::string& name, const KernelPtr& vjp,
 }
 
 TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
-                              const std::vector<ms::Tensor>& inputs, const Outputs& outputs) {
-  return record_with_grad(forward->name(), vjp, inputs, [&] {
-    return tensor_ptrs(launch(forward, inputs, outputs.shapes, outputs.types));
-  });
+                              const std::vector<ms::Tensor>& inputs,
+                              const std::vector<mindspore::ShapeVector>& shapes,
+                              const std::vector<TypeId>& types) {
+  return record_with_grad(forward->name(), vjp, inputs,
+                          [&] { return tensor_ptrs(launch(forward, inputs, shapes, types)); });
 }
 
 // ---- Python entry -------------------------------------------------------------------------
@@ -298,7 +332,8 @@ py::object run(const std::shared_ptr<Kernel>& forward, const std::shared_ptr<Ker
   // work it implies); a plain call takes the cheaper asynchronous pipeline.
   if (mindspore::pynative::GradState::Get().RequiresGrad()) {
     for (const ms::Tensor& x : inputs) x.ConvertStubNodeToTensor();
-    return wrap(apply_with_grad(forward, vjp, inputs, *outputs), outputs->single);
+    return wrap(apply_with_grad(forward, vjp, inputs, outputs->shapes, outputs->types),
+                outputs->single);
   }
   return run_async(forward, inputs, outputs);
 }
@@ -332,7 +367,8 @@ PYBIND11_MODULE(MS_EXTENSION_NAME, m) {
   m.attr("mindspore_version") = MS_ATEN_STRINGIZE(MS_ATEN_MINDSPORE_VERSION);
   py::class_<Kernel, std::shared_ptr<Kernel>>(m, "Kernel")
       .def(py::init<const std::string&, std::string>(), py::arg("spec"), py::arg("name"))
-      .def_property_readonly("name", &Kernel::name);
+      .def_property_readonly("name", &Kernel::name)
+      .def_property_readonly("uses_out", &Kernel::uses_out);
   py::class_<Outputs, std::shared_ptr<Outputs>>(m, "Outputs")
       .def(py::init<const std::vector<mindspore::ShapeVector>&, const std::vector<std::string>&,
                     bool>(),

@@ -329,3 +329,21 @@ def test_pynative_off_the_fast_path_takes_the_same_patterns(monkeypatch):
                 F.layer_norm(X, [4]))
     with pytest.raises(ms_aten.infer.ValueDependentError, match=r"aten::nonzero"):
         run(ms_aten.op("nonzero"), (to_ms(X),), "pynative")
+
+
+def test_second_order_gradients_with_call_patterns(mode):
+    # A number at call time and omitted optionals reach the order-2 VJP kernel too.
+    x = randn(3, 4)
+    set_mode(mode)
+    power = ms_aten.op("pow.Tensor_Tensor")
+    norm = ms_aten.op("layer_norm", normalized_shape=[4])
+
+    def loss(t):
+        return (power(t, 3.0) * 0.5).sum() + (norm(t) * 0.25).sum()
+
+    got = ms.grad(ms.grad(loss))(to_ms(x))
+    leaf = x.clone().requires_grad_()
+    (first,) = torch.autograd.grad((leaf ** 3.0 * 0.5).sum() + (F.layer_norm(leaf, [4]) * 0.25)
+                                   .sum(), leaf, create_graph=True)
+    (expected,) = torch.autograd.grad(first.sum(), leaf)
+    torch.testing.assert_close(to_torch(got), expected, rtol=1e-4, atol=1e-5)

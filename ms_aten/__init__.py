@@ -10,7 +10,7 @@ from ._lib import library as _library
 from .build import BuildError
 from .constants import ConstantError
 from .function import AtenFunction, function
-from .infer import ShapeInferenceError
+from .infer import ShapeInferenceError, ValueDependentError
 from .module import TorchModule, module
 from .op import AtenOp, op
 from .program import CaptureError
@@ -21,6 +21,6 @@ _library()  # fail at import, with a rebuild hint, if the bridge library is miss
 _configure_threads()
 
 __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "ConstantError",
-           "ShapeInferenceError", "TorchModule", "function", "get_num_threads",
-           "launch_count", "module", "op", "set_num_threads"]
+           "ShapeInferenceError", "TorchModule", "ValueDependentError", "function",
+           "get_num_threads", "launch_count", "module", "op", "set_num_threads"]
 __version__ = "0.1.0"

@@ -10,12 +10,21 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
-from bench_routes import GRAPH, MS_ATEN, NATIVE, PYFUNC, PYNATIVE, SEED_AOT  # noqa: E402
+from bench_routes import (  # noqa: E402
+    EMPTY_AOT,
+    GRAPH,
+    MS_ATEN,
+    NATIVE,
+    PYFUNC,
+    PYNATIVE,
+    SEED_AOT,
+)
 from bench_runner import OK, CaseResult, RouteResult  # noqa: E402
 
 WIN_MARGIN = 1.1  # smaller differences are within this machine's noise
 COLUMNS = [(MS_ATEN, GRAPH), (MS_ATEN, PYNATIVE), (NATIVE, GRAPH), (NATIVE, PYNATIVE),
-           (PYFUNC, GRAPH), (PYFUNC, PYNATIVE), (SEED_AOT, GRAPH), (SEED_AOT, PYNATIVE)]
+           (PYFUNC, GRAPH), (PYFUNC, PYNATIVE), (SEED_AOT, GRAPH), (SEED_AOT, PYNATIVE),
+           (EMPTY_AOT, GRAPH), (EMPTY_AOT, PYNATIVE)]
 
 
 @dataclass
@@ -77,16 +86,26 @@ def main_table(cases: list[CaseResult]) -> list[str]:
     return table(header, rows)
 
 
+def per_native(route: RouteResult | None, native: RouteResult | None) -> str:
+    if route and native and route.status == native.status == OK:
+        return f"{route.median_us / native.median_us:.3g}"
+    return "–"
+
+
 def chain_table(chains: list[CaseResult]) -> list[str]:
+    """ms_aten, the hand-written (seed) and the empty AOT kernel per op, each over native: the
+    empty kernel's ratio is what MindSpore spends on any Custom op beyond a native one."""
     header = ["op", "inputs", "ATen out= µs (one call)", "ms_aten µs/op", "native µs/op",
-              "native", "ms_aten / native"]
+              "native", "seed AOT µs/op", "empty AOT µs/op", "ms_aten / native",
+              "seed AOT / native", "empty AOT / native"]
     rows = []
     for c in chains:
         ours, native = pick(c, MS_ATEN, GRAPH), pick(c, NATIVE, GRAPH)
-        ratio = (f"{ours.median_us / native.median_us:.3g}"
-                 if ours and native and ours.status == native.status == OK else "–")
+        seed, empty = pick(c, SEED_AOT, GRAPH), pick(c, EMPTY_AOT, GRAPH)
         rows.append([c.op, shapes(c), fmt_us(c.aten_out_us), cell(ours), cell(native),
-                     native.impl if native else "–", ratio])
+                     native.impl if native else "–", cell(seed), cell(empty),
+                     per_native(ours, native), per_native(seed, native),
+                     per_native(empty, native)])
     return table(header, rows)
 
 
@@ -157,7 +176,7 @@ def dispatcher_lines(dispatcher: list[CaseResult]) -> list[str]:
                       f"**{ours.median_us - seed.median_us:+.1f} µs per call** by medians, "
                       f"{ours.min_us - seed.min_us:+.1f} µs by minima. Both go through "
                       f"MindSpore's Custom aot launch, so this is ms_aten's own cost (its Python "
-                      f"__infer__, the spec decode and the boxed dispatcher call), plus noise."]
+                      f"call path and the boxed dispatcher call), plus noise."]
     return lines
 
 

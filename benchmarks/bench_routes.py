@@ -1,6 +1,7 @@
 """The ways to run one op from MindSpore, each in GRAPH mode (inside an nn.Cell compiled once)
 or PYNATIVE mode (a plain call): ms_aten, the native ops, a pyfunc Custom calling torch through
-numpy, and the seed-style hand-written AOT kernel."""
+numpy, the seed-style hand-written AOT kernel, and an empty AOT kernel (MindSpore's own cost of
+launching any Custom op)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ import ms_aten
 GRAPH, PYNATIVE = "graph", "pynative"
 MODES = {GRAPH: ms.GRAPH_MODE, PYNATIVE: ms.PYNATIVE_MODE}
 MS_ATEN, NATIVE, PYFUNC, SEED_AOT = "ms_aten", "native", "pyfunc", "seed_aot"
+EMPTY_AOT = "empty_aot"
 MS_DTYPES = {torch.float32: ms.float32, torch.int64: ms.int64}  # the benchmarks' output dtypes
 
 
@@ -66,6 +68,7 @@ class Route:
     impl: str
     mode: str
     make: Callable[[], Callable]
+    checked: bool = True  # False: it computes nothing to check (the empty kernel)
 
 
 def set_mode(mode: str) -> None:
@@ -164,9 +167,18 @@ def seed_aot_route(library: Path, mode: str) -> Route:
     return Route(SEED_AOT, f"ops.Custom('{library.name}:LeakyRelu', aot)", mode, make)
 
 
+def empty_aot_route(library: Path, mode: str) -> Route:
+    """A Custom op whose kernel returns at once, shaped like its first input."""
+    def make() -> ops.Custom:
+        return ops.Custom(f"{library}:Empty", out_shape=lambda x, *_: x,
+                          out_dtype=lambda x, *_: x, func_type="aot")
+    return Route(EMPTY_AOT, f"ops.Custom('{library.name}:Empty', aot)", mode, make,
+                 checked=False)
+
+
 def chain_route(route: Route, length: int, pick_first: bool) -> Route:
     """`route` repeated `length` times inside one graph."""
     def make() -> Chain:
         fn = route.make()
         return Chain(First(fn) if pick_first else fn, length)
-    return Route(route.family, route.impl, GRAPH, make)
+    return Route(route.family, route.impl, GRAPH, make, route.checked)

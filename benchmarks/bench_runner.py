@@ -13,11 +13,13 @@ import numpy as np
 import torch
 from bench_ops import Arrays, OpCase, flatten
 from bench_routes import (
+    EMPTY_AOT,
     GRAPH,
     MODES,
     Route,
     build,
     chain_route,
+    empty_aot_route,
     mismatch,
     ms_aten_route,
     native_routes,
@@ -96,13 +98,15 @@ def try_route(route: Route, data: Prepared, check: Check) -> tuple[Callable | No
         fn = build(route)
         output = fn(*data.ms_inputs)
         ms_sync()
-        problem = check(to_numpy(output))
+        problem = check(to_numpy(output)) if route.checked else None
     except Exception as error:  # noqa: BLE001 - a failing route is reported, not fatal
         result.status, result.note = NA, reason(error)
         return None, result
     if problem:
         result.status, result.note = WRONG, problem
         return None, result
+    if not route.checked:
+        result.note = "not checked: the kernel computes nothing"
     return fn, result
 
 
@@ -147,14 +151,31 @@ def finish(result: CaseResult, routes: list[RouteResult], baselines: list[Timing
     return result
 
 
-def routes_for(case: OpCase, data: Prepared, seed_aot: Path | None) -> list[Route]:
+@dataclass(frozen=True)
+class Kernels:
+    """The compiled AOT kernels some routes need (benchmarks/.cache), where available."""
+
+    seed_aot: Path | None = None  # csrc/examples/leaky_relu.cpp: leaky_relu only
+    empty_aot: Path | None = None  # benchmarks/empty_kernel.cpp
+
+
+def hand_written_routes(case: OpCase, kernels: Kernels, mode: str) -> list[Route]:
+    """The seed kernel (leaky_relu) and the empty kernel (one-input ops), where built."""
+    routes = []
+    if case.name == "leaky_relu" and kernels.seed_aot is not None:
+        routes.append(seed_aot_route(kernels.seed_aot, mode))
+    if case.chainable and kernels.empty_aot is not None:
+        routes.append(empty_aot_route(kernels.empty_aot, mode))
+    return routes
+
+
+def routes_for(case: OpCase, data: Prepared, kernels: Kernels) -> list[Route]:
     routes = []
     for mode in MODES:
         routes.append(ms_aten_route(case, data.arrays, mode))
         routes.extend(native_routes(case, mode))
         routes.append(pyfunc_route(case, data.expected, len(data.arrays), mode))
-        if case.name == "leaky_relu" and seed_aot is not None:
-            routes.append(seed_aot_route(seed_aot, mode))
+        routes.extend(hand_written_routes(case, kernels, mode))
     return routes
 
 
@@ -165,7 +186,7 @@ def new_result(case: OpCase, size: str, data: Prepared,
 
 
 def run_case(case: OpCase, size: str, config: TimingConfig, seed: int,
-             seed_aot: Path | None = None,
+             kernels: Kernels = Kernels(),
              select: Callable[[Route], bool] = lambda route: True) -> CaseResult:
     """Every selected route of `case` at `size`, against ATen out= on the same data."""
     data = prepare(case, size, seed)
@@ -174,7 +195,7 @@ def run_case(case: OpCase, size: str, config: TimingConfig, seed: int,
     def check(got: list[np.ndarray]) -> str | None:
         return mismatch(got, data.expected, data.arrays[0], case.tolerance, case.indexed)
 
-    routes = [route for route in routes_for(case, data, seed_aot) if select(route)]
+    routes = [route for route in routes_for(case, data, kernels) if select(route)]
     results, baselines = run_routes(routes, data, baseline, check, config, per=1)
     return finish(new_result(case, size, data), results, baselines)
 
@@ -187,9 +208,10 @@ def chain_reference(case: OpCase, data: Prepared, length: int) -> list[torch.Ten
     return [x]
 
 
-def run_chain(case: OpCase, size: str, config: TimingConfig, seed: int,
-              length: int) -> CaseResult:
-    """Per-op time inside one graph: `length` chained calls of ms_aten vs of each native."""
+def run_chain(case: OpCase, size: str, config: TimingConfig, seed: int, length: int,
+              kernels: Kernels = Kernels()) -> CaseResult:
+    """Per-op time inside one graph: `length` chained calls of ms_aten vs of each native, and
+    of the hand-written and the empty AOT kernels."""
     data = prepare(case, size, seed)
     baseline = aten_out_call(case, data)
     expected = chain_reference(case, data, length)
@@ -197,8 +219,11 @@ def run_chain(case: OpCase, size: str, config: TimingConfig, seed: int,
     def check(got: list[np.ndarray]) -> str | None:
         return mismatch(got, expected, data.arrays[0], CHAIN_TOLERANCE)
 
-    singles = [ms_aten_route(case, data.arrays, GRAPH), *native_routes(case, GRAPH)]
-    chains = [chain_route(route, length, pick_first=len(data.expected) > 1) for route in singles]
+    singles = [ms_aten_route(case, data.arrays, GRAPH), *native_routes(case, GRAPH),
+               *hand_written_routes(case, kernels, GRAPH)]
+    # Output 0 of a multi-output op feeds the next call; the empty kernel has one output.
+    chains = [chain_route(route, length, len(data.expected) > 1 and route.family != EMPTY_AOT)
+              for route in singles]
     routes, baselines = run_routes(chains, data, baseline, check, config, per=length)
     return finish(new_result(case, size, data, length), routes, baselines)
 

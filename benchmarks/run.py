@@ -1,6 +1,7 @@
 """Benchmark ms_aten against ATen eager out=, MindSpore's native CPU ops, a pyfunc Custom calling
-torch through numpy, and the seed-style hand-written AOT kernel, all in one process on the same
-data. Writes results.md, results.json and speed.png.
+torch through numpy, the seed-style hand-written AOT kernel and an empty AOT kernel (MindSpore's
+own cost of a Custom op), all in one process on the same data. Writes results.md, results.json
+and speed.png.
 
     .venv/bin/python benchmarks/run.py                # full run, several minutes
     .venv/bin/python benchmarks/run.py --quick        # CI smoke: 3 ops, small inputs, < 60 s
@@ -9,6 +10,7 @@ data. Writes results.md, results.json and speed.png.
 The full run writes benchmarks/results/, --quick writes benchmarks/results/quick/. The seed AOT
 kernel is compiled once into benchmarks/.cache/ (about 45 s) and rebuilt only when its source
 or ms_ext.h is newer; --quick never compiles it and skips that route when it is not cached.
+The empty kernel needs no torch and is compiled with the system's c++ in a second, when stale.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ os.environ.setdefault("GLOG_v", "3")  # MindSpore logs errors only; must precede
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import platform  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -31,7 +34,7 @@ import torch  # noqa: E402
 from bench_ops import by_name  # noqa: E402
 from bench_report import Report, write  # noqa: E402
 from bench_routes import MS_ATEN, NATIVE, PYNATIVE, SEED_AOT  # noqa: E402
-from bench_runner import OK, CaseResult, in_mode, is_family, run_case, run_chain  # noqa: E402
+from bench_runner import OK, CaseResult, Kernels, in_mode, is_family, run_case, run_chain  # noqa: E402
 from bench_timing import TimingConfig  # noqa: E402
 
 import ms_aten  # noqa: E402
@@ -41,6 +44,8 @@ ROOT = BENCH_DIR.parent
 SEED_SOURCE = ROOT / "csrc" / "examples" / "leaky_relu.cpp"
 SEED_DEPENDS = (SEED_SOURCE, ROOT / "csrc" / "ms_ext.h")
 SEED_LIBRARY = BENCH_DIR / ".cache" / "leaky_relu_cpu.so"
+EMPTY_SOURCE = BENCH_DIR / "empty_kernel.cpp"
+EMPTY_LIBRARY = BENCH_DIR / ".cache" / "empty_kernel.so"
 SEED = 0
 THREAD_COUNTS = (1, 2)
 ALL_OPS = ("relu", "leaky_relu", "gelu", "softmax", "layer_norm", "sum", "cumsum", "mm",
@@ -95,7 +100,8 @@ Method:
   right MindSpore equivalent in that mode (ops.* or mint.*; every candidate is in
   results.json). pyfunc: ops.Custom(func_type="pyfunc") calling the torch function through
   numpy. seed_aot: csrc/examples/leaky_relu.cpp built with `python -m ms_aten.build`
-  ({seed_note}).
+  ({seed_note}). empty_aot: benchmarks/empty_kernel.cpp, a Custom aot kernel that returns at
+  once (not checked: it computes nothing): MindSpore's own cost of launching any Custom op.
 """
 
 
@@ -111,6 +117,21 @@ def seed_kernel(may_build: bool) -> tuple[Path | None, str]:
     print(f"building the seed AOT kernel into {SEED_LIBRARY} (about 45 s) ...", flush=True)
     build(SEED_SOURCE, SEED_LIBRARY)
     return SEED_LIBRARY, f"built {SEED_LIBRARY.relative_to(ROOT)}"
+
+
+def empty_kernel() -> Path | None:
+    """The empty AOT kernel's .so, compiled when missing or older than its source; None (route
+    skipped, with a message) when no C++ compiler works."""
+    if EMPTY_LIBRARY.is_file() and EMPTY_LIBRARY.stat().st_mtime >= EMPTY_SOURCE.stat().st_mtime:
+        return EMPTY_LIBRARY
+    EMPTY_LIBRARY.parent.mkdir(parents=True, exist_ok=True)
+    command = ["c++", "-O2", "-shared", "-fPIC", str(EMPTY_SOURCE), "-o", str(EMPTY_LIBRARY)]
+    try:
+        subprocess.run(command, check=True, capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        print(f"cannot build {EMPTY_LIBRARY.name} ({error}); the empty_aot route is skipped")
+        return None
+    return EMPTY_LIBRARY
 
 
 _STARTED = time.perf_counter()
@@ -135,14 +156,15 @@ def report_progress(result: CaseResult) -> CaseResult:
     return result
 
 
-def run_cases(plan: Plan, seed_aot: Path | None) -> list[CaseResult]:
+def run_cases(plan: Plan, kernels: Kernels) -> list[CaseResult]:
     return [report_progress(run_case(case, size, plan.large if size == "large" else plan.small,
-                                     SEED, seed_aot))
+                                     SEED, kernels))
             for case in by_name(plan.ops) for size in plan.sizes]
 
 
-def run_chains(plan: Plan) -> list[CaseResult]:
-    return [report_progress(run_chain(case, "small", plan.small, SEED, plan.chain_length))
+def run_chains(plan: Plan, kernels: Kernels) -> list[CaseResult]:
+    return [report_progress(run_chain(case, "small", plan.small, SEED, plan.chain_length,
+                                      kernels))
             for case in by_name(plan.ops) if case.chainable]
 
 
@@ -162,10 +184,10 @@ def run_threads(plan: Plan) -> list[CaseResult]:
     return results
 
 
-def run_dispatcher(plan: Plan, seed_aot: Path | None) -> list[CaseResult]:
+def run_dispatcher(plan: Plan, kernels: Kernels) -> list[CaseResult]:
     """PYNATIVE per-call cost on 8 elements: ms_aten vs the seed AOT kernel vs native ops."""
     select = in_mode(PYNATIVE, MS_ATEN, NATIVE, SEED_AOT)
-    return [report_progress(run_case(case, "tiny", plan.dispatcher, SEED, seed_aot, select))
+    return [report_progress(run_case(case, "tiny", plan.dispatcher, SEED, kernels, select))
             for case in by_name(DISPATCHER_OPS)]
 
 
@@ -221,10 +243,11 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     started, load_start = time.time(), os.getloadavg()
     seed_aot, seed_note = seed_kernel(plan.build_seed)
-    cases = run_cases(plan, seed_aot)
-    chains = run_chains(plan)
+    kernels = Kernels(seed_aot, empty_kernel())
+    cases = run_cases(plan, kernels)
+    chains = run_chains(plan, kernels)
     threads = run_threads(plan)
-    dispatcher = run_dispatcher(plan, seed_aot)
+    dispatcher = run_dispatcher(plan, kernels)
     meta = metadata(plan, args.quick, args.note, seed_note, load_start, started)
     for path in write(Report(meta, cases, chains, threads, dispatcher), args.out or plan.out):
         print(f"wrote {path}")

@@ -35,6 +35,23 @@ MS_ATEN_C_API int ms_aten_kernel_uses_out(const void* kernel);
 // The kernel's name for messages ("aten::mm", "aten::mm (backward)"), valid while it lives.
 MS_ATEN_C_API const char* ms_aten_kernel_name(const void* kernel);
 
+// Output shapes and dtypes of an op spec, by meta tensors (infer.h). Shapes are MindSpore's:
+// -1 for an unknown size, the one-element shape {-2} for an unknown rank; dtypes are MindSpore's
+// names ("float32"). Each output is reported through emit(context, ndim, dims, dtype). Returns
+// 0; 1 with the failure's message in error[0 .. error_size) (ATen refused the inputs); 2 the
+// same when the op cannot know its output shapes before it runs (no meta kernel: nonzero).
+// `site` is the op object's ms_aten_uid attribute, or -1.
+typedef void (*ms_aten_emit_fn)(void* context, int ndim, const int64_t* dims, const char* dtype);
+// Every input known: n tensors by rank, shape and dtype. Notes the dtypes for the site.
+MS_ATEN_C_API int ms_aten_infer(const char* spec, int64_t site, int n, const int* ndims,
+                                const int64_t* const* shapes, const char* const* dtypes,
+                                ms_aten_emit_fn emit, void* context, char* error,
+                                size_t error_size);
+// MindSpore's shape hook: shapes only, their number unknown; the rest from the site's notes.
+MS_ATEN_C_API int ms_aten_infer_shapes(const char* spec, int64_t site, const int* ndims,
+                                       const int64_t* const* shapes, ms_aten_emit_fn emit,
+                                       void* context, char* error, size_t error_size);
+
 // Implemented on the MindSpore side (extra_abi0.cpp). Never throws.
 // The state that MsAtenCallInit attached to MindSpore's AotExtra, or NULL.
 MS_ATEN_C_API void* ms_aten_extra_kernel(void* extra);

@@ -17,6 +17,8 @@ namespace ms_aten {
 // Throws std::runtime_error unless every non-empty buffer is memory the CPU can read and write
 // (a device pointer handed to the CPU kernel would otherwise crash the process).
 void check_host_buffers(const std::vector<at::Tensor>& tensors);
+// The same for one buffer, `index` naming it in the error.
+void check_host_buffer(const at::Tensor& tensor, size_t index);
 
 // Runs body(device) with ATen on the CUDA device that owns params[0] and on MindSpore's
 // stream, after checking that every buffer is device memory of that device.

@@ -36,21 +36,22 @@ bool is_cuda_device_memory(const void* address) {
 
 }  // namespace
 
-void check_host_buffers(const std::vector<at::Tensor>& tensors) {
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const at::Tensor& t = tensors[i];
-    if (t.numel() == 0) continue;
-    const void* data = t.data_ptr();
-    bool host = data != nullptr && is_mapped(data);
+void check_host_buffer(const at::Tensor& t, size_t index) {
+  if (t.numel() == 0) return;
+  const void* data = t.data_ptr();
+  bool host = data != nullptr && is_mapped(data);
 #ifdef WITH_CUDA
-    host = host && !is_cuda_device_memory(data);
+  host = host && !is_cuda_device_memory(data);
 #endif
-    if (!host) {
-      throw std::runtime_error(c10::str("buffer ", i, " at ", data,
-                                        " is not host memory, but this is the CPU kernel; is the "
-                                        "op's device (op.set_device) the one its tensors live on?"));
-    }
+  if (!host) {
+    throw std::runtime_error(c10::str("buffer ", index, " at ", data,
+                                      " is not host memory, but this is the CPU kernel; is the "
+                                      "op's device (op.set_device) the one its tensors live on?"));
   }
+}
+
+void check_host_buffers(const std::vector<at::Tensor>& tensors) {
+  for (size_t i = 0; i < tensors.size(); ++i) check_host_buffer(tensors[i], i);
 }
 
 }  // namespace ms_aten

@@ -9,7 +9,9 @@
 
 #include "bridge_abi.h"
 #include "device.h"
+#include "infer.h"
 #include "kernel.h"
+#include "ms_ext.h"
 
 namespace {
 
@@ -59,6 +61,53 @@ int barrier(const ms_aten::Kernel* kernel, Body&& body) {
 
 const ms_aten::Kernel* kernel_of(void* extra) {
   return static_cast<const ms_aten::Kernel*>(ms_aten_extra_kernel(extra));
+}
+
+void copy_message(const std::string& message, char* error, size_t error_size) {
+  if (error == nullptr || error_size == 0) return;
+  const size_t n = std::min(message.size(), error_size - 1);
+  std::memcpy(error, message.data(), n);
+  error[n] = '\0';
+}
+
+std::vector<ms_aten::TensorMeta> metas_of(int n, const int* ndims, const int64_t* const* shapes,
+                                          const char* const* dtypes) {
+  std::vector<ms_aten::TensorMeta> inputs(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    auto& t = inputs[i];
+    t.rank = ndims[i];
+    if (ndims[i] == 1 && shapes[i][0] == -2) {  // MindSpore's unknown rank
+      t.rank = -1;
+    } else if (ndims[i] > 0) {
+      t.dims.assign(shapes[i], shapes[i] + ndims[i]);
+    }
+    if (dtypes != nullptr) t.dtype = ms_dtype_to_scalar_type(dtypes[i]);
+  }
+  return inputs;
+}
+
+// Runs an inference, reports its outputs through emit (an unknown rank as MindSpore's {-2}),
+// and turns every failure into a return code and a message: 1, or 2 for ms_aten::Unknowable.
+template <class Body>
+int infer_barrier(Body&& body, ms_aten_emit_fn emit, void* context, char* error,
+                  size_t error_size) {
+  try {
+    for (const auto& t : body()) {
+      static const int64_t kUnknownRank[1] = {-2};
+      const bool known = t.rank >= 0;
+      emit(context, known ? static_cast<int>(t.rank) : 1, known ? t.dims.data() : kUnknownRank,
+           scalar_type_to_ms_dtype(t.dtype));
+    }
+    return 0;
+  } catch (const ms_aten::Unknowable& e) {
+    copy_message(e.what(), error, error_size);
+    return 2;
+  } catch (const std::exception& e) {
+    copy_message(describe(e), error, error_size);
+  } catch (...) {
+    copy_message("ms_aten: unknown C++ exception during inference", error, error_size);
+  }
+  return 1;
 }
 
 }  // namespace
@@ -115,12 +164,41 @@ MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params,
     checked(k).launch(nparam, params, ndims, shapes, dtypes, c10::kCPU);
   });
   if (message.empty()) return 0;
-  if (error != nullptr && error_size > 0) {
-    const size_t n = std::min(message.size(), error_size - 1);
-    std::memcpy(error, message.data(), n);
-    error[n] = '\0';
-  }
+  copy_message(message, error, error_size);
   return 1;
+}
+
+// Multi-output ops get entry points of their own: MindSpore chooses the return type of
+// <func>InferShape (one shape, or one per output) by the op's multi_output attribute, and looks
+// the hook up by the kernel's name.
+MS_ATEN_C_API int MsAtenCallMulti(int nparam, void** params, int* ndims, int64_t** shapes,
+                                  const char** dtypes, void* stream, void* extra) {
+  return MsAtenCall(nparam, params, ndims, shapes, dtypes, stream, extra);
+}
+
+MS_ATEN_C_API int MsAtenCallCudaMulti(int nparam, void** params, int* ndims, int64_t** shapes,
+                                      const char** dtypes, void* stream, void* extra) {
+  return MsAtenCallCuda(nparam, params, ndims, shapes, dtypes, stream, extra);
+}
+
+MS_ATEN_C_API int MsAtenCallNpuMulti(int nparam, void** params, int* ndims, int64_t** shapes,
+                                     const char** dtypes, void* stream, void* extra) {
+  return MsAtenCallNpu(nparam, params, ndims, shapes, dtypes, stream, extra);
+}
+
+int ms_aten_infer(const char* spec, int64_t site, int n, const int* ndims,
+                  const int64_t* const* shapes, const char* const* dtypes, ms_aten_emit_fn emit,
+                  void* context, char* error, size_t error_size) {
+  return infer_barrier([&] { return ms_aten::infer_at(spec, site, metas_of(n, ndims, shapes,
+                                                                           dtypes)); },
+                       emit, context, error, error_size);
+}
+
+int ms_aten_infer_shapes(const char* spec, int64_t site, const int* ndims,
+                         const int64_t* const* shapes, ms_aten_emit_fn emit, void* context,
+                         char* error, size_t error_size) {
+  return infer_barrier([&] { return ms_aten::infer_shapes(spec, site, ndims, shapes); }, emit,
+                       context, error, error_size);
 }
 
 MS_ATEN_C_API int ms_aten_kernel_uses_out(const void* kernel) {

@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <cstring>
 #include <stdexcept>
 
 #include "bridge_abi.h"
@@ -32,7 +33,10 @@ Kernel* Kernel::create(const char* spec, const char* error) noexcept {
     auto call = std::make_unique<OpCall>(text.substr(0, split));
     auto out = split == std::string::npos ? nullptr
                                           : std::make_unique<OpCall>(text.substr(split + 1));
-    if (call->kind() == SpecKind::kOut || (out && out->kind() != SpecKind::kOut)) {
+    const auto writes = [](const OpCall& c) {
+      return c.kind() == SpecKind::kOut || c.kind() == SpecKind::kInplace;
+    };
+    if (writes(*call) || (out && !writes(*out))) {
       throw std::invalid_argument("malformed op spec '" + text +
                                   "': expected '<call or vjp spec>[;<out spec>]'");
     }
@@ -72,17 +76,17 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
     throw std::invalid_argument("got " + std::to_string(nparam) +
                                 " buffers, which does not fit the op's inputs and outputs");
   }
-  auto tensors = get_torch_tensors(nparam, params, ndims, shapes, dtypes, device);
-  if (device.is_cpu()) check_host_buffers(tensors);
+  auto tensors = views_.views(nparam, params, ndims, shapes, dtypes, device);
   std::vector<at::Tensor> inputs(tensors.begin(), tensors.begin() + n_in);
   std::vector<at::Tensor> outputs(tensors.begin() + n_in, tensors.end());
   if (program_) return program_->run(inputs, outputs);
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
   if (uses_out()) {
-    if (try_out(inputs, outputs)) return;
+    if (try_out(inputs, outputs, params + n_in, ndims + n_in, shapes + n_in)) return;
     // The out= kernel may have resized our views: write the functional result into new ones.
     // If the functional call throws too, the input was at fault: it propagates, and the out=
     // kernel stays in use.
+    views_.clear();
     auto fresh = get_torch_tensors(nparam - n_in, params + n_in, ndims + n_in, shapes + n_in,
                                    dtypes + n_in, device);
     run_call(inputs, fresh);
@@ -90,6 +94,23 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
     return;
   }
   run_call(inputs, outputs);
+}
+
+bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  if (inputs.empty() || outputs.size() != 1) return false;
+  const at::Tensor& in = inputs[0];
+  const at::Tensor& out = outputs[0];
+  if (in.sizes() != out.sizes() || in.scalar_type() != out.scalar_type() ||
+      !in.is_contiguous() || !out.is_contiguous()) {
+    return false;
+  }
+  if (in.data_ptr() == out.data_ptr()) return true;  // MindSpore reuses the input's buffer
+  if (out.is_cpu()) {
+    std::memcpy(out.data_ptr(), in.data_ptr(), out.nbytes());  // for small ops, cheaper than copy_
+  } else {
+    out.copy_(in);
+  }
+  return true;
 }
 
 void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t index) {
@@ -129,12 +150,16 @@ void Kernel::run_call(const std::vector<at::Tensor>& inputs,
   for (size_t i = 0; i < results.size(); ++i) copy_into_output(outputs[i], results[i], i);
 }
 
-bool Kernel::try_out(const std::vector<at::Tensor>& inputs,
-                     const std::vector<at::Tensor>& outputs) const {
+bool Kernel::try_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                     void* const* data, const int* ndims, int64_t* const* shapes) const {
   c10::InferenceMode guard;
-  std::vector<std::pair<const void*, std::vector<int64_t>>> before;
-  for (const auto& out : outputs) before.emplace_back(out.data_ptr(), out.sizes().vec());
-  auto stack = out_->stack(inputs, outputs);
+  std::vector<at::Tensor> in_place;
+  if (out_->kind() == SpecKind::kInplace) {
+    if (!start_in_place(inputs, outputs)) return false;
+    in_place = inputs;
+    in_place[0] = outputs[0];
+  }
+  auto stack = out_->stack(in_place.empty() ? inputs : in_place, outputs);
   try {
     out_->op().callBoxed(stack);
   } catch (const std::exception&) {
@@ -143,8 +168,9 @@ bool Kernel::try_out(const std::vector<at::Tensor>& inputs,
   // An out= kernel that resized or re-pointed an output wrote memory MindSpore never sees.
   for (size_t i = 0; i < outputs.size(); ++i) {
     const at::Tensor& out = outputs[i];
-    if (out.data_ptr() != before[i].first || out.sizes() != before[i].second ||
-        !out.is_contiguous()) {
+    const auto expected = ndims[i] == 0 ? at::IntArrayRef{}
+                                        : at::IntArrayRef(shapes[i], static_cast<size_t>(ndims[i]));
+    if (out.data_ptr() != data[i] || out.sizes() != expected || !out.is_contiguous()) {
       return false;
     }
   }

@@ -1,7 +1,8 @@
 // One MindSpore kernel instance: a decoded op spec plus the launch logic for its kind.
 //
 // The primitive attribute holds one spec, or two separated by ';': the functional call, then
-// the out= overload to try first; or a whole program (program.h), whose spec starts with
+// the out= overload to try first (or the in-place one, where out= is only a composite wrapper
+// that allocates and copies); or a whole program (program.h), whose spec starts with
 // "program".
 #pragma once
 
@@ -12,6 +13,7 @@
 
 #include "program.h"
 #include "spec.h"
+#include "view_cache.h"
 
 namespace ms_aten {
 
@@ -33,9 +35,10 @@ class Kernel {
   explicit Kernel(std::unique_ptr<Program> program);
 
   void run_call(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
-  // False when the out= kernel threw, or resized or re-pointed an output; the outputs are then
-  // suspect.
-  bool try_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
+  // False when the out= (or in-place) kernel threw, or left an output other than MindSpore's
+  // buffer (data, ndims, shapes): resized or re-pointed; the outputs are then suspect.
+  bool try_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+               void* const* data, const int* ndims, int64_t* const* shapes) const;
 
   std::unique_ptr<OpCall> call_;
   std::unique_ptr<OpCall> out_;
@@ -46,6 +49,7 @@ class Kernel {
   // the functional overload shares (a user's bad input) says nothing about the out= kernel and
   // leaves it in use.
   mutable std::atomic<bool> out_unsound_{false};
+  mutable ViewCache views_;
   std::string name_;
   std::string error_;
 };
@@ -60,6 +64,10 @@ int num_threads();
 
 // The tensors a boxed call left on its stack, Tensor[] returns flattened; throws for others.
 std::vector<at::Tensor> returned_tensors(const std::vector<c10::IValue>& stack);
+
+// For an in-place spec: copies call-time tensor 0 into the single output, which the in-place
+// op then updates; false (nothing done) unless both are contiguous with one shape and dtype.
+bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
 
 // Writes `result` into MindSpore's output buffer after checking that shape and dtype agree
 // with what the Python side inferred; copy_ alone would broadcast or cast silently.

@@ -2,6 +2,7 @@
 
 #include <ATen/ScalarOps.h>
 
+#include <array>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
@@ -72,6 +73,16 @@ c10::IValue wrapped_constant(const std::string& body) {
   throw std::invalid_argument("'W" + body + "' is not a wrapped number (W then b, i or f)");
 }
 
+// A call-time number's wrapped tensor. Shape inference (csrc/infer.cpp) runs on meta tensors,
+// whose value cannot be read: any number of the same kind promotes the same way.
+at::Tensor wrapped_input(const at::Tensor& input) {
+  if (!input.is_meta()) return wrapped_number(input.item());
+  const auto type = input.scalar_type();
+  if (type == at::kBool) return wrapped_number(false);
+  if (at::isComplexType(type)) return wrapped_number(c10::complex<double>(0, 0));
+  return at::isFloatingType(type) ? wrapped_number(0.0) : wrapped_number(int64_t{0});
+}
+
 }  // namespace
 
 c10::IValue constant(const std::string& token) {
@@ -130,6 +141,7 @@ std::vector<int> list_members(const std::string& token, bool optional) {
 SpecKind parse_kind(const std::string& spec, const std::string& word, int* order) {
   if (word == "call") return SpecKind::kCall;
   if (word == "out") return SpecKind::kOut;
+  if (word == "inplace") return SpecKind::kInplace;
   if (word.rfind("vjp", 0) == 0) {
     const std::string digits = word.substr(3);
     const bool valid = digits.empty() || (digits.find_first_not_of("0123456789") ==
@@ -210,27 +222,50 @@ OpCall::OpCall(const std::string& spec) {
   if (has_list_ && has_explicit_list_) fail(spec, "a variable-length list beside explicit ones");
 }
 
+namespace {
+
+// The order-k VJP takes m(k) tensors and returns m(k-1), where m(-1) = the forward's outputs,
+// m(0) = its inputs and m(j) = m(j-1) + m(j-2). Each m(j) is a(j) * inputs + b(j) * outputs;
+// returns {a, b} of m(k-1), m(k) and m(k+1).
+std::array<std::pair<int64_t, int64_t>, 3> vjp_counts(int order) {
+  int64_t a_prev = 0, b_prev = 1, a = 1, b = 0;  // m(-1), m(0)
+  for (int j = 0; j < order; ++j) {
+    std::tie(a_prev, b_prev, a, b) = std::make_tuple(a, b, a + a_prev, b + b_prev);
+  }
+  return {{{a_prev, b_prev}, {a, b}, {a + a_prev, b + b_prev}}};
+}
+
+}  // namespace
+
+bool OpCall::vjp_tensor_counts(int64_t total, int64_t a, int64_t b, int64_t* n_in,
+                               int64_t* n_out) const {
+  // One of the two counts is fixed by the spec; the other follows from total = a*in + b*out.
+  *n_in = fixed_inputs_;
+  *n_out = fixed_outputs_;
+  if (has_list_) {
+    *n_in = (total - b * *n_out) % a == 0 ? (total - b * *n_out) / a : -1;
+  } else if (*n_out < 0) {
+    *n_out = b != 0 && (total - a * *n_in) % b == 0 ? (total - a * *n_in) / b : -1;
+  }
+  return *n_in >= 0 && *n_out >= 0 && a * *n_in + b * *n_out == total;
+}
+
 int OpCall::input_count(int nparam) const {
-  if (kind_ == SpecKind::kVjp) {
-    // The order-k VJP takes m(k) tensors and returns m(k-1), where m(-1) = the forward's
-    // outputs, m(0) = its inputs and m(j) = m(j-1) + m(j-2); so nparam = m(k+1). Each m(j) is
-    // a(j) * inputs + b(j) * outputs, and one of the two counts is fixed by the spec.
-    int64_t a_prev = 0, b_prev = 1, a = 1, b = 0;  // m(-1), m(0)
-    for (int j = 0; j < order_; ++j) {
-      std::tie(a_prev, b_prev, a, b) = std::make_tuple(a, b, a + a_prev, b + b_prev);
-    }
-    const int64_t a_all = a + a_prev, b_all = b + b_prev;  // m(k+1)
-    int64_t n_in = fixed_inputs_, n_out = fixed_outputs_;
-    if (has_list_) {
-      n_in = (nparam - b_all * n_out) % a_all == 0 ? (nparam - b_all * n_out) / a_all : -1;
-    } else if (n_out < 0) {
-      n_out = (nparam - a_all * n_in) % b_all == 0 ? (nparam - a_all * n_in) / b_all : -1;
-    }
-    if (n_in < 0 || n_out < 0 || a_all * n_in + b_all * n_out != nparam) return -1;
-    return static_cast<int>(a * n_in + b * n_out);
+  if (kind_ == SpecKind::kVjp) {  // nparam = m(k+1): the VJP's inputs, then its outputs
+    const auto counts = vjp_counts(order_);
+    int64_t n_in = 0, n_out = 0;
+    if (!vjp_tensor_counts(nparam, counts[2].first, counts[2].second, &n_in, &n_out)) return -1;
+    return static_cast<int>(counts[1].first * n_in + counts[1].second * n_out);
   }
   if (returns_nothing()) return nparam - 1;  // one placeholder output
   return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;
+}
+
+int OpCall::vjp_output_count(int vjp_inputs) const {
+  const auto counts = vjp_counts(order_);
+  int64_t n_in = 0, n_out = 0;
+  if (!vjp_tensor_counts(vjp_inputs, counts[1].first, counts[1].second, &n_in, &n_out)) return -1;
+  return static_cast<int>(counts[0].first * n_in + counts[0].second * n_out);
 }
 
 int OpCall::input_index(int slot_index, int list_len) const {
@@ -301,7 +336,7 @@ void OpCall::fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>
         break;
       }
       case SlotKind::kWrapped:
-        stack.emplace_back(wrapped_number(inputs.at(input_index(slot.index, list_len)).item()));
+        stack.emplace_back(wrapped_input(inputs.at(input_index(slot.index, list_len))));
         break;
       case SlotKind::kTensorList: {
         c10::List<at::Tensor> list;

@@ -30,7 +30,8 @@
 
 namespace ms_aten {
 
-enum class SpecKind { kCall, kOut, kVjp };
+// kInplace: the in-place overload, run on output 0 after call-time tensor 0 is copied there.
+enum class SpecKind { kCall, kOut, kInplace, kVjp };
 
 // Token helpers shared with program.cpp.
 std::vector<std::string> split(const std::string& text, char sep);
@@ -53,6 +54,9 @@ class OpCall {
   // The number of call-time tensors, given the total number of MindSpore parameters
   // (inputs + outputs) of a launch.
   int input_count(int nparam) const;
+  // For a vjp spec: how many tensors the VJP returns for `vjp_inputs` inputs (one gradient
+  // for each of the first that many inputs), or -1 when the count does not fit the op.
+  int vjp_output_count(int vjp_inputs) const;
   // The number of MindSpore outputs of a launch.
   int output_count(int nparam) const { return nparam - input_count(nparam); }
   // The op returns nothing: its one MindSpore output is a placeholder (output count "0").
@@ -77,6 +81,8 @@ class OpCall {
   bool explicit_slots() const;
 
  private:
+  // The forward's input and output counts for `total` = a * inputs + b * outputs tensors.
+  bool vjp_tensor_counts(int64_t total, int64_t a, int64_t b, int64_t* n_in, int64_t* n_out) const;
   // Where a Tensor slot's tensor sits among the call-time tensors; those after the list shift.
   int input_index(int slot_index, int list_len) const;
 

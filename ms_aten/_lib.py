@@ -22,7 +22,7 @@ def library() -> ctypes.CDLL:
         lib = ctypes.CDLL(str(LIBRARY))
         lib.ms_aten_torch_version.restype = ctypes.c_char_p
         built_for = lib.ms_aten_torch_version().decode()
-        for symbol in ("MsAtenCall", "MsAtenCallInit"):
+        for symbol in ("MsAtenCall", "MsAtenCallInit", "MsAtenCallInferShape", "ms_aten_infer"):
             getattr(lib, symbol)
     except (OSError, AttributeError) as error:
         raise ImportError(f"ms_aten's bridge library {LIBRARY} cannot be loaded ({error}); "
@@ -38,8 +38,9 @@ def library() -> ctypes.CDLL:
 ENTRY_POINTS = {"CPU": "MsAtenCall", "GPU": "MsAtenCallCuda", "Ascend": "MsAtenCallNpu"}
 
 
-def kernel(target: str) -> str:
-    """The `func` string of ops.Custom for the bridge's kernel on a MindSpore device target.
+def kernel(target: str, multi_output: bool = False) -> str:
+    """The `func` string of ops.Custom for the bridge's kernel on a MindSpore device target;
+    multi-output ops get an entry point of their own (csrc/entry.cpp says why).
 
     RuntimeError, before anything launches, if this build cannot serve the target.
     """
@@ -53,7 +54,7 @@ def kernel(target: str) -> str:
         raise RuntimeError(
             f"ms_aten was built without {backend} support (torch {torch.__version__}); run the "
             f"op on CPU with op.set_device('CPU'), or reinstall ms_aten next to a {backend} torch")
-    return f"{LIBRARY}:{ENTRY_POINTS[target]}"
+    return f"{LIBRARY}:{ENTRY_POINTS[target]}{'Multi' if multi_output else ''}"
 
 
 def current_target() -> str:

@@ -5,15 +5,14 @@ csrc/pyboost/fast_path.cpp runs the same libms_aten.so kernel through MindSpore'
 pipeline in a fraction of that, gradients included (MindSpore's C++ autograd Function, with
 the op's VJP kernel as backward). GRAPH mode has no pyboost CPU kernel and stays on Custom.
 
-The module is compiled once, at install time, by `build()` (`python -m ms_aten.fast_path`);
-at run time it is only loaded. When it is missing, `available()` is False and callers keep
-using the Custom route; when it exists but cannot be loaded, a warning says why, once.
+The module is compiled at install time, next to libms_aten.so (setup.py runs
+fast_path_builder); at run time it is only loaded. When it is missing, `available()` is False
+and callers keep using the Custom route; when it exists but cannot be loaded, a warning says
+why, once.
 """
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 import sys
 import time
 import warnings
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import mindspore as ms
 from mindspore import Tensor
 
-from . import dtypes, value_dependent
+from . import dtypes, fast_path_builder, value_dependent
 from . import pattern as patterns
 from ._lib import LIBRARY, PACKAGE_DIR
 from .infer import ValueDependentError
@@ -35,48 +34,24 @@ from .pattern import Pattern
 if TYPE_CHECKING:  # op.py will import this module to route PYNATIVE calls here
     from .op import AtenOp
 
-MODULE_NAME = "ms_aten_fast_path"
-SOURCE = PACKAGE_DIR.parent / "csrc" / "pyboost" / "fast_path.cpp"
-BUILD_DIR = PACKAGE_DIR / "_fast_path_build"
-MODULE_PATH = BUILD_DIR / f"{MODULE_NAME}.so"
+MODULE_NAME = fast_path_builder.MODULE_NAME
+MODULE_PATH = PACKAGE_DIR / fast_path_builder.MODULE_FILE
 STATE_ATTR = "_ms_aten_fast_path"
+# A source checkout (not an installed package) can rebuild the module in place.
+CSRC = PACKAGE_DIR.parent / "csrc"
 
 
 def build() -> Path:
-    """Compile the fast-path module into BUILD_DIR (a few minutes); returns the .so path.
+    """Rebuild the module in a source checkout (pip install and setup.py build_ext do it too).
 
-    Meant for install time (setup.py, scripts/setup.sh); a process that already loaded the
-    module keeps the old one. Raises RuntimeError with the compiler's output when the build
-    fails.
+    A process that already loaded the module keeps the old one. RuntimeError with the compiler's
+    output when the build fails, or when there is no csrc/ beside the package.
     """
-    from mindspore.ops import CustomOpBuilder
-
-    if not LIBRARY.is_file():
-        raise RuntimeError(f"{LIBRARY} is missing: build ms_aten's bridge library first")
-    csrc = SOURCE.parent.parent
-    builder = CustomOpBuilder(
-        name=MODULE_NAME,
-        sources=[str(SOURCE)],
-        backend="CPU",
-        include_paths=[str(csrc)],
-        # libms_aten.so sits one level above the module ('$$' is ninja's escape for '$'; the
-        # quotes keep the shell from expanding $ORIGIN). mindspore_common holds GradState,
-        # which CustomOpBuilder does not link by default.
-        ldflags=f"-L{PACKAGE_DIR} -lms_aten -Wl,-rpath,'$$ORIGIN/..' -lmindspore_common",
-        # The module binds to MindSpore's C++ internals: it records the version it was built
-        # against (a bare pp-number the source stringizes), and _module() refuses any other.
-        cflags=f"-DMS_ATEN_MINDSPORE_VERSION={ms.__version__}",
-        build_dir=str(BUILD_DIR),
-    )
-    # CustomOpBuilder runs `ninja` from PATH; pip installs it next to this interpreter, which
-    # an unactivated venv does not put on PATH.
-    saved_path = os.environ.get("PATH", "")
-    if shutil.which("ninja") is None:
-        os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), saved_path])
-    try:
-        path = Path(builder.build())
-    finally:
-        os.environ["PATH"] = saved_path
+    if not (CSRC / "pyboost" / "fast_path.cpp").is_file():
+        raise RuntimeError(f"no sources at {CSRC}: an installed ms_aten is rebuilt by "
+                           f"reinstalling it (pip install --no-build-isolation ms_aten)")
+    path = fast_path_builder.build(CSRC, LIBRARY, MODULE_PATH,
+                                   PACKAGE_DIR.parent / "build" / "fast_path")
     _module.cache_clear()
     return path
 
@@ -102,7 +77,7 @@ def _module() -> ModuleType | None:
     if module.mindspore_version != ms.__version__:
         warnings.warn(f"ms_aten: {MODULE_PATH} was built for MindSpore "
                       f"{module.mindspore_version}, not {ms.__version__}; PYNATIVE calls use the "
-                      f"slower Custom route until `python -m ms_aten.fast_path` rebuilds it",
+                      f"slower Custom route until ms_aten is rebuilt for it",
                       RuntimeWarning, stacklevel=3)
         return None
     return module
@@ -169,7 +144,7 @@ class _OpState:
 VALUE_DEPENDENT = object()  # an Outputs entry: the op runs on its inputs' values (value_dependent)
 
 
-def _flatten(args: Sequence[Any]) -> list[Any]:
+def flatten(args: Sequence[Any]) -> list[Any]:
     """Call-time arguments as the kernel takes them: lists expanded, None (also inside a list)
     dropped, Python numbers as 0-dim tensors."""
     flat: list[Any] = []
@@ -214,7 +189,7 @@ def call(op: AtenOp, *args: Any) -> Tensor | tuple[Tensor, ...]:
         key = tuple([(x.shape, id(x.dtype)) for x in flat])
     except AttributeError:
         pattern = patterns.from_call(op.binding, args)
-        flat = _flatten(args)
+        flat = flatten(args)
         try:
             key = (pattern, *[(x.shape, id(x.dtype)) for x in flat])
         except AttributeError:
@@ -231,7 +206,7 @@ def call(op: AtenOp, *args: Any) -> Tensor | tuple[Tensor, ...]:
 
 
 def main() -> int:
-    """python -m ms_aten.fast_path: build the module (install time)."""
+    """python -m ms_aten.fast_path: rebuild the module in a source checkout."""
     start = time.perf_counter()
     try:
         path = build()

@@ -21,8 +21,8 @@ from mindspore.common import dtype as mstype
 
 from . import _lib
 from . import pattern as patterns
-from .binding import SPEC_ATTR, Binding
-from .infer import flatten_infer_args, graph_mode
+from .binding import Binding
+from .infer import CppInferred, flatten_infer_args, graph_mode
 from .pattern import Pattern
 
 
@@ -63,50 +63,61 @@ def _arity(binding: Binding, order: int, pattern: Pattern | None = None) -> int:
     return current
 
 
-def _counts(binding: Binding, order: int, n_tensors: int,
-            pattern: Pattern | None = None) -> tuple[int, int]:
-    """(inputs, outputs) of the order-`order` VJP kernel given its n_tensors inputs: m(order)
-    and m(order-1) of csrc/grad.h, solved as csrc/spec.cpp's OpCall::input_count does. A call
-    pattern (pattern.py) fixes the forward's input count."""
+def _output_count(binding: Binding, order: int, pattern: Pattern | None = None) -> int | None:
+    """How many gradients the order-`order` VJP returns: m(order-1) of csrc/grad.h, or None
+    where it varies with the call (a Tensor[] argument of the base call pattern, or a Tensor[]
+    return past order 1). A call pattern (pattern.py) fixes the forward's input count."""
     (a_prev, b_prev), (a, b) = (0, 1), (1, 0)  # m(-1) = outputs, m(0) = inputs of the forward
     for _ in range(order):
         (a_prev, b_prev), (a, b) = (a, b), (a + a_prev, b + b_prev)
-    if pattern is not None or binding.list_position is None:
-        n_in = (len(binding.slots) if pattern is None
-                else sum(patterns.items_of(fill) for fill in pattern))
-        n_out = (n_tensors - a * n_in) // b if binding.returns_list else len(binding.schema.returns)
-    else:
-        n_out = len(binding.schema.returns)
-        n_in = (n_tensors - b * n_out) // a
-    return a * n_in + b * n_out, a_prev * n_in + b_prev * n_out
+    if pattern is None and binding.list_position is not None:
+        return None
+    if binding.returns_list and b_prev:
+        return None
+    n_in = (len(binding.slots) if pattern is None
+            else sum(patterns.items_of(fill) for fill in pattern))
+    return a_prev * n_in + b_prev * len(binding.schema.returns)
 
 
-class AtenVjp(ops.Custom):
+class AtenVjp(CppInferred):
     """The order-`order` VJP of a bridged op. Inputs: the order-(order-1) function's inputs
     (order 1: the forward's call-time tensors), then one gradient per its output. Outputs: one
-    gradient per order-(order-1) input, shaped and typed like it (a Python number's gradient is
-    a 0-dim tensor of its number type). `pattern`: the forward's call pattern (pattern.py)."""
+    gradient per order-(order-1) input, shaped and typed like it (so says the library's C++
+    shape inference, csrc/infer.cpp, for unknown sizes too). `pattern`: the forward's call
+    pattern (pattern.py); for one other than the base, the shapes come from __infer__ here,
+    as the forward's do (op.py), and a Python number's gradient is a 0-dim tensor."""
 
     bprop: Bprop | None  # set by ops.Custom.__init__; get_bprop builds it
 
     def __init__(self, binding: Binding, order: int = 1, device_target: str | None = None,
                  pattern: Pattern | None = None):
-        self.binding = binding
         self.order = order
         self.pattern = pattern
-        self.device_target = device_target or _lib.current_target()  # retarget() changes it
-        super().__init__(_lib.kernel(self.device_target), out_shape=self._unused,
-                         out_dtype=self._unused, func_type="aot")
+        target = device_target or _lib.current_target()  # retarget() changes it
+        name = f"{binding.name} (backward{'' if order == 1 else f' of order {order}'})"
         kind = "vjp" if order == 1 else f"vjp{order}"
-        self.add_prim_attr(SPEC_ATTR, binding.spec(kind, pattern=pattern))
-        if self.device_target != _lib.current_target():
-            ops.Custom.set_device(self, self.device_target)
+        super().__init__(binding, binding.spec(kind, pattern=pattern), name,
+                         _output_count(binding, order, pattern) != 1, target)
+        if pattern is not None:
+            self.del_prim_attr("cpp_infer_shape")
+        if target != _lib.current_target():
+            ops.Custom.set_device(self, target)
+
+    def check_count(self, shapes) -> None:
+        """Any count: the kernel checks it against the op (csrc/spec.h)."""
+
+    def tell(self, shapes, types) -> None:
+        if self.pattern is None:  # else MindSpore never asks the library's hook
+            super().tell(shapes, types)
 
     def __infer__(self, *args: dict) -> dict:
+        if self.pattern is None:
+            return super().__infer__(*args)
         shapes, types = flatten_infer_args(args)
         types = [t if isinstance(t, mstype.TensorType) else mstype.TensorType(t) for t in types]
-        _, n_out = _counts(self.binding, self.order, len(shapes), self.pattern)
-        if n_out == 1:
+        n_out = _output_count(self.binding, self.order, self.pattern)
+        assert n_out is not None  # a pattern fixes the counts
+        if not self.multi_output:
             return {"shape": shapes[0], "dtype": types[0], "value": None}
         return {"shape": tuple(shapes[:n_out]), "dtype": tuple(types[:n_out]), "value": None}
 
@@ -128,8 +139,6 @@ class AtenVjp(ops.Custom):
             retarget(self.bprop.vjp, self.device_target)
         return self.bprop
 
-    def _unused(self, *args):
-        raise AssertionError("unreachable: AtenVjp.__infer__ infers shapes")
 
 
 def with_arity(arity: int, gradients: Callable) -> Callable:
@@ -163,7 +172,7 @@ class Bprop(Protocol):
 
 def make_bprop(binding: Binding, pattern: Pattern | None = None) -> Bprop:
     """The forward op's bprop, which MindSpore calls as bprop(*inputs, out, dout), in both
-    modes, for one call pattern (pattern.py): one parameter per call-time argument.
+    modes.
 
     It, and _vjp_bprop's, must stay within what MindSpore's GRAPH mode can compile: tuple
     slicing, star-args, loops over tuples.

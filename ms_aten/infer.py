@@ -1,27 +1,59 @@
-"""Output shapes and dtypes of a bridged op, from running it on torch fake tensors."""
+"""Output shapes and dtypes of a bridged op. libms_aten.so runs the op on torch meta tensors
+(csrc/infer.h); MindSpore asks it for shapes through the kernel's C++ hook, Python through
+ctypes here.
+
+MindSpore's C++ shape hook gets input shapes but neither their number nor their dtypes, which
+a meta run needs. CppInferred ops therefore tell the library about each call right before
+MindSpore infers it: `__check__`, which GRAPH compilation calls before every inference, and
+`__call__` on PYNATIVE's Custom route. At run time (a graph with unknown sizes infers shapes
+before each launch) the library falls back on what it was told at compile time.
+
+Dtypes stay with Python's `__infer__`, which MindSpore calls at compile time only: its C++
+type hook returns a bare TypeId, which MindSpore makes a scalar, not a 0-dim tensor, for a
+rank-0 output (sum). `__infer__` asks the library too, and finds its result cached.
+"""
 from __future__ import annotations
 
 import ctypes
+import itertools
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 import mindspore as ms
-import torch
-from mindspore import context
+from mindspore import context, ops
 from mindspore.common import dtype as mstype
-from torch._subclasses.fake_tensor import (
-    DataDependentOutputException,
-    DynamicOutputShapeException,
-    FakeTensorMode,
-    UnsupportedOperatorException,
-)
+from mindspore.ops.primitive import prim_type
 
 from . import _lib, dtypes
 from . import pattern as patterns
-from .binding import Binding
-from .constants import is_tensor_arg
+from .binding import SPEC_ATTR, Binding
 
 Shape = list[int]
+SITE_ATTR = "ms_aten_uid"  # the library's name for a call site (csrc/infer.h)
+_EMIT = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                         ctypes.c_char_p)
+_ERROR_BYTES = 4096
+_UNKNOWABLE = 2  # ms_aten_infer's return code when no meta kernel exists (bridge_abi.h)
+_uids = itertools.count()
+
+
+def unique_id() -> int:
+    """A fresh `ms_aten_uid` attribute value. MindSpore's PyNative kernel cache keys on func
+    and attributes; a per-object id keeps two ops from sharing a kernel they must not share,
+    and names the op object's call site for the library's inference (csrc/infer.h)."""
+    return next(_uids)
+
+
+@cache
+def _infer_function():
+    function = _lib.library().ms_aten_infer
+    shapes = ctypes.POINTER(ctypes.POINTER(ctypes.c_int64))
+    function.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int,
+                         ctypes.POINTER(ctypes.c_int), shapes, ctypes.POINTER(ctypes.c_char_p),
+                         _EMIT, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    return function
 
 
 class ShapeInferenceError(RuntimeError):
@@ -29,24 +61,8 @@ class ShapeInferenceError(RuntimeError):
 
 
 class ValueDependentError(ShapeInferenceError):
-    """The op's output shape depends on its input values (nonzero, unique, masked_select)."""
-
-
-# Static stand-ins for value-dependent ops, for the GRAPH-mode message.
-_STATIC_ALTERNATIVES = {
-    "aten::nonzero": "aten::nonzero_static (size=<an upper bound>, fill_value=-1)",
-    "aten::argwhere": "aten::nonzero_static (size=<an upper bound>, fill_value=-1)",
-    "aten::masked_select": "aten::where.self with a fill value (keeps the input's shape)",
-    "aten::index": "integer indices, e.g. from aten::nonzero_static, instead of a bool mask",
-}
-
-
-def value_dependent_message(name: str, qualified: str) -> str:
-    hint = _STATIC_ALTERNATIVES.get(qualified)
-    return (f"ms_aten op '{name}': its output shape depends on input values, which GRAPH mode "
-            f"needs to know before the graph runs. Run it in PYNATIVE mode (on CPU, with the "
-            f"fast-path module built, ms_aten runs it there once its inputs are computed)" +
-            (f", or use {hint}" if hint else "; ATen has no static form of it"))
+    """The op's output shape depends on its input values (nonzero, unique, masked_select);
+    ms_aten runs it in PYNATIVE mode only (ms_aten/value_dependent.py)."""
 
 
 def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
@@ -69,135 +85,125 @@ def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
     return shapes, types
 
 
-def _flatten_results(result) -> list[torch.Tensor]:
-    if result is None:
-        return []
-    if isinstance(result, torch.Tensor):
-        return [result]
-    return [t for item in result for t in _flatten_results(item)]
+def infer_outputs(spec: str, shapes: Sequence[Sequence[int]], ms_dtypes: Sequence[Any],
+                  site: int = -1) -> tuple[list[Shape], list[Any]]:
+    """(shapes, MindSpore TensorTypes) of the outputs of `spec` for these inputs, from the
+    library (-1: an unknown size, [-2]: an unknown rank, in and out). `site`, an op object's
+    ms_aten_uid, tells the library's shape hook which dtypes that object is called with.
+    ShapeInferenceError when the op has no meta kernel, RuntimeError when ATen refuses."""
+    n = len(shapes)
+    arrays = [(ctypes.c_int64 * max(len(s), 1))(*s) for s in shapes]
+    pointers = (ctypes.POINTER(ctypes.c_int64) * n)(
+        *[ctypes.cast(a, ctypes.POINTER(ctypes.c_int64)) for a in arrays])
+    names = (ctypes.c_char_p * n)(
+        *[dtypes.spec_name(dtypes.to_torch(d)).encode() for d in ms_dtypes])
+    out_shapes: list[Shape] = []
+    out_types: list[Any] = []
+
+    def emit(_context, ndim: int, dims, dtype: bytes) -> None:
+        out_shapes.append([dims[i] for i in range(ndim)])
+        out_types.append(mstype.TensorType(dtypes.to_ms(_BY_NAME[dtype])))
+
+    error = ctypes.create_string_buffer(_ERROR_BYTES)
+    code = _infer_function()(spec.encode(), site, n, (ctypes.c_int * n)(*map(len, shapes)),
+                             pointers, names, _EMIT(emit), None, error, _ERROR_BYTES)
+    if code:
+        message = error.value.decode(errors="replace")
+        raise (ShapeInferenceError if code == _UNKNOWABLE else RuntimeError)(message)
+    return out_shapes, out_types
 
 
-def wrapped_number(dtype, value: bool | int | float | complex = 0) -> torch.Tensor:
-    """A Python number of the kind `dtype` holds, as torch's c10::scalar_to_tensor makes it
-    into a tensor (0-dim, CPU; double, int64, bool or complex double) and marks it a wrapped
-    number, so that it promotes as a Python scalar (a float16 tensor plus 1.0 stays float16).
-    For inference its value does not matter: torch promotes wrapped numbers by kind only."""
-    kind = dtypes.to_torch(dtype)
-    wide = (torch.bool if kind == torch.bool else torch.complex128 if kind.is_complex
-            else torch.float64 if kind.is_floating_point else torch.int64)
-    tensor = torch.tensor(value, dtype=wide)
-    if _lib.library().ms_aten_mark_wrapped_number(ctypes.c_void_p(tensor._cdata)) != 0:
-        raise AssertionError("ms_aten_mark_wrapped_number refused a 0-dim tensor")
-    return tensor
+_BY_NAME = {dtypes.spec_name(t).encode(): t for t in dtypes.TORCH_TO_MS}
 
 
-class MetaInfer:
-    """Output (shapes, dtypes) for input (shapes, dtypes), cached: PyNative infers every call.
+class CppInferred(ops.Custom):
+    """An ops.Custom over libms_aten.so whose outputs MindSpore infers through the library's
+    C++ hooks (out_shape and out_dtype None), in GRAPH mode with unknown sizes too."""
 
-    The op runs under torch's FakeTensorMode on fake tensors of the op's device, not on bare
-    meta tensors: fake tensors carry a device, so torch's own device-aware meta functions apply
-    (the CPU kernel of native_batch_norm in eval mode returns empty saved statistics, and so
-    does its fake; a meta tensor would say [C]), `_to_copy(device="cpu")` needs no data, ops
-    without a meta kernel run torch's fallback on zeros, and ops whose output shape depends on
-    values raise DynamicOutputShapeException from their `dynamic_output_shape` tag.
-    """
-
-    def __init__(self, binding: Binding):
+    def __init__(self, binding: Binding, spec: str, name: str, multi_output: bool,
+                 device_target: str, bprop=None):
         self.binding = binding
-        namespace, op_name = binding.schema.name.split("::")
-        packet = getattr(getattr(torch.ops, namespace), op_name)
-        self.overload = getattr(packet, binding.schema.overload_name or "default")
-        self.device = "cpu"  # the torch device the fake tensors claim (AtenOp.set_device)
-        self.cache: dict[tuple, Any] = {}
-        # A constant given for a Tensor argument is a Python number: the op takes it wrapped.
-        numbers = {a.name for a in binding.schema.arguments
-                   if is_tensor_arg(a) and binding.constants.get(a.name) is not None}
-        self.constants = {name: wrapped_number(patterns.number_dtype(value), value)
-                          if name in numbers else value
-                          for name, value in binding.constants.items()}
-        self.has_numbers = bool(numbers)
+        self.device_target = device_target  # op.retarget changes it
+        # out_shape None: MindSpore calls the library's C++ shape hook; a callable out_dtype
+        # keeps the dtypes with __infer__ (see the module's docstring).
+        super().__init__(_lib.kernel(device_target, multi_output), out_shape=None,
+                         out_dtype=self._unused, func_type="aot", bprop=bprop)
+        self.add_prim_attr(SPEC_ATTR, spec)
+        # A fresh id per object: MindSpore's PyNative kernel cache keys on func and attributes,
+        # and the library keys what it was told about a call on it (csrc/infer.h).
+        self.add_prim_attr(SITE_ATTR, unique_id())
+        # MindSpore picks the C++ hooks' return types by this flag (csrc/extra_abi0.cpp).
+        self.multi_output = multi_output
+        self.add_prim_attr("multi_output", multi_output)
+        # MindSpore's C++ inference reads it (and fails without it); its errors show it.
+        self.add_prim_attr("reg_op_name", name)
+        # GRAPH compilation then calls __check__ before each C++ inference.
+        self.set_prim_type(prim_type.py_infer_check)
 
-    def __call__(self, shapes: Sequence[Shape], ms_dtypes: Sequence[Any],
-                 pattern: patterns.Pattern | None = None):
-        # MindSpore dtypes hash by value; a failure is cached too and raised again.
-        key = (tuple(map(tuple, shapes)), tuple(ms_dtypes), pattern)
-        hit = self.cache.get(key)
-        if hit is None:
-            try:
-                hit = self._infer(shapes, ms_dtypes, pattern)
-            except (ShapeInferenceError, RuntimeError, TypeError) as error:
-                hit = error
-            self.cache[key] = hit
-        if isinstance(hit, Exception):
-            raise hit
-        return hit
+    def __check__(self, *args: dict) -> None:
+        self.tell(*self.call_inputs(args))
 
-    def kwargs(self, items: Sequence[Any], pattern: patterns.Pattern | None,
-               constants: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The op's arguments by name: `items` (one per flat call-time item) grouped into the
-        tensor slots, and the constants (the binding's unless given)."""
-        grouped = patterns.group(self.binding, pattern, items)
-        kwargs = {slot.name: value
-                  for slot, value in zip(self.binding.slots, grouped, strict=True)}
-        kwargs.update(self.constants if constants is None else constants)
-        return kwargs
+    def call_inputs(self, args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
+        """The flat input shapes and dtypes of a call MindSpore compiles; checks them."""
+        shapes, types = flatten_infer_args(args)
+        if len(shapes) != len(args):  # a tuple input
+            self._check_list_dtypes(args)
+        return shapes, types
 
-    def _infer(self, shapes, ms_dtypes, pattern):
-        name = self.binding.name
-        for shape in shapes:
-            if any(d < 0 for d in shape):
-                raise ShapeInferenceError(
-                    f"ms_aten op '{name}': dynamic input shape {list(shape)}; ms_aten needs "
-                    f"static shapes in GRAPH mode (run the Cell without set_inputs(None dims))")
-        numbers = number_positions(self.binding, pattern)
+    def __infer__(self, *args: dict) -> dict:
+        shapes, types = flatten_infer_args(args)
+        out_shapes, out_types = infer_outputs(self.attrs[SPEC_ATTR], shapes, types,
+                                              self.attrs[SITE_ATTR])
+        if self.multi_output:
+            return {"shape": tuple(out_shapes), "dtype": tuple(out_types), "value": None}
+        return {"shape": out_shapes[0], "dtype": out_types[0], "value": None}
+
+    def _unused(self, *args):
+        raise AssertionError("unreachable: CppInferred.__infer__ infers dtypes")
+
+    def __call__(self, *args):
+        # PYNATIVE's Custom route (GRAPH mode compiles the op instead): MindSpore infers this
+        # call through the C++ hooks next.
+        flat = flat_tensors(args)
         try:
-            if numbers or self.has_numbers:
-                # FakeTensorMode hands an op its wrapped numbers as Python scalars, which torch's
-                # binding refuses for most Tensor arguments (where.self): calls with numbers run
-                # on meta tensors instead, the numbers as real CPU wrapped numbers, which ATen's
-                # C++ meta functions (TensorIterator) take. Device constants become meta too.
-                constants = {k: torch.device("meta") if isinstance(v, torch.device) else v
-                             for k, v in self.constants.items()}
-                items = _items(shapes, ms_dtypes, numbers, "meta")
-                results = self.overload(**self.kwargs(items, pattern, constants))
-            else:
-                with FakeTensorMode():
-                    items = _items(shapes, ms_dtypes, numbers, self.device)
-                    results = self.overload(**self.kwargs(items, pattern))
-        except (DynamicOutputShapeException, DataDependentOutputException) as error:
-            raise ValueDependentError(
-                value_dependent_message(name, self.binding.schema.name)) from error
-        except (UnsupportedOperatorException, NotImplementedError) as error:
-            if torch.Tag.dynamic_output_shape in self.overload.tags:
-                raise ValueDependentError(
-                    value_dependent_message(name, self.binding.schema.name)) from error
-            raise ShapeInferenceError(
-                f"ms_aten op '{name}' has no shape function torch can run ahead of its data, so "
-                f"its output shape is not known before it runs ({error})") from error
-        except Exception as error:  # noqa: BLE001  (ATen's own checks: shapes, dtypes, ranges)
-            raise RuntimeError(f"ms_aten op '{name}': {error}") from error
-        results = _flatten_results(results)
-        return ([list(r.shape) for r in results],
-                [mstype.TensorType(dtypes.to_ms(r.dtype)) for r in results])
+            shapes, types = [list(x.shape) for x in flat], [x.dtype for x in flat]
+        except AttributeError:
+            kinds = ", ".join(type(x).__name__ for x in flat)
+            raise TypeError(f"ms_aten op '{self.binding.name}' takes MindSpore Tensors (a tuple "
+                            f"of them for a Tensor[]), got {kinds}") from None
+        self.tell(shapes, types)
+        return super().__call__(*args)
+
+    def tell(self, shapes: Sequence[Sequence[int]], types: Sequence[Any]) -> None:
+        """Tell the library what this object is called with, right before MindSpore infers the
+        call; Python's exceptions for a wrong tensor count or a shape ATen refuses."""
+        self.check_count(shapes)
+        infer_outputs(self.attrs[SPEC_ATTR], shapes, types, self.attrs[SITE_ATTR])
+
+    def check_count(self, shapes: Sequence[Sequence[int]]) -> None:
+        """TypeError unless `shapes` fits the op's tensor arguments (all of them tensors)."""
+        patterns.group(self.binding, None, shapes)
+
+    def _check_list_dtypes(self, args) -> None:
+        # In GRAPH mode MindSpore labels every tensor of a tuple input with the first one's
+        # dtype when it hands them to the kernel; mixed dtypes would be misread.
+        for arg in args:
+            if not isinstance(arg["dtype"], (tuple, list)):
+                continue
+            if len({str(d) for d in arg["dtype"] if isinstance(d, mstype.TensorType)}) > 1:
+                raise TypeError(f"ms_aten op '{self.binding.name}': in GRAPH mode the tensors of "
+                                f"a list must share one dtype, got {list(map(str, arg['dtype']))}")
 
 
-def _items(shapes, ms_dtypes, numbers: set[int], device: str) -> list[torch.Tensor]:
-    """Empty tensors for the call-time tensors, wrapped numbers for the numbers."""
-    return [wrapped_number(d) if i in numbers else
-            torch.empty(s, dtype=dtypes.to_torch(d), device=device)
-            for i, (s, d) in enumerate(zip(shapes, ms_dtypes, strict=True))]
-
-
-def number_positions(binding: Binding, pattern: patterns.Pattern | None) -> set[int]:
-    """Flat positions of the call-time Python numbers of a pattern."""
-    if pattern is None:
-        return set()
-    positions, i = set(), 0
-    for fill in pattern:
-        if fill == patterns.NUMBER:
-            positions.add(i)
-        i += patterns.items_of(fill)
-    return positions
+def flat_tensors(args: Sequence[Any]) -> list[Any]:
+    """Call-time arguments with tuple (tensor-list) arguments expanded."""
+    flat: list[Any] = []
+    for arg in args:
+        if isinstance(arg, (tuple, list)):
+            flat.extend(arg)
+        else:
+            flat.append(arg)
+    return flat
 
 
 def graph_mode() -> bool:

@@ -1,8 +1,7 @@
 """ms_aten.op: any torch dispatcher op as a MindSpore ops.Custom."""
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mindspore import ops
@@ -11,31 +10,44 @@ from mindspore.common import dtype as mstype
 from . import _lib, fast_path
 from . import pattern as patterns
 from .binding import SPEC_ATTR, Binding
+from .fake_infer import FakeInfer
 from .grad import make_bprop, with_arity
-from .infer import MetaInfer, flatten_infer_args, graph_mode
+from .infer import (
+    SITE_ATTR,
+    CppInferred,
+    Shape,
+    ShapeInferenceError,
+    ValueDependentError,
+    flatten_infer_args,
+    graph_mode,
+    infer_outputs,
+    unique_id,  # noqa: F401 (function.py imports it from here)
+)
 from .pattern import Pattern
-from .schema import op_name, out_variant, resolve
+from .schema import inplace_variant, op_name, out_variant, resolve
 
-_uids = itertools.count()
 _UNSET = object()
+CPP_SHAPES = "cpp_infer_shape"  # the attribute by which MindSpore asks the C++ shape hook
 # The one MindSpore output of an op that returns nothing (aten::_assert_async): MindSpore does
 # not launch a Custom kernel without outputs, so it gets this empty placeholder.
 PLACEHOLDER = {"shape": [0], "dtype": mstype.TensorType(mstype.bool_), "value": None}
 
 
-def unique_id() -> int:
-    """A fresh `ms_aten_uid` attribute value. MindSpore's PyNative kernel cache keys on func
-    and attributes; a per-object id keeps two ops from sharing a kernel they must not share."""
-    return next(_uids)
-
-
-class AtenOp(ops.Custom):
+class AtenOp(CppInferred):
     """A MindSpore primitive that runs one ATen op through libms_aten.so's MsAtenCall.
+
+    Shapes. MindSpore infers a call's outputs through the library's C++ hooks (infer.py), in
+    GRAPH mode with unknown sizes too. Where those cannot serve, this object's `cpp_infer_shape`
+    attribute is dropped for the call, and MindSpore takes __infer__'s result from a run on torch
+    fake tensors (fake_infer.py): calls with Python numbers (the C++ hook sees no numbers),
+    ops that return nothing, and static-shape calls whose fake run disagrees with the library's
+    meta run (CPU's native_batch_norm returns empty saved statistics in eval mode, its meta
+    function says [C]). MindSpore reads the attribute at each inference, right after __check__.
 
     Call patterns (pattern.py). The op spec (a primitive attribute, read once per kernel) and,
     in GRAPH mode, the bprop's arity depend on how a call fills the op's tensor slots: Python
     numbers, omitted trailing optionals, the lengths of two tensor lists. MindSpore hands
-    __infer__ no call site, and builds every kernel from the primitive's attributes after all
+    inference no call site, and builds every kernel from the primitive's attributes after all
     inference is done, so one op object can serve one pattern on this route: the first
     inference fixes it (setting the attribute then), and a later call with another pattern is
     a TypeError that asks for a second op object. The base pattern (every slot a tensor, one
@@ -43,31 +55,34 @@ class AtenOp(ops.Custom):
     PYNATIVE fast path (fast_path.py) keeps one kernel pair per pattern and has no such limit.
     """
 
-    def __init__(self, binding: Binding, infer: MetaInfer):
-        self.binding = binding
-        self.infer = infer
-        self.device_target = _lib.current_target()  # retarget() changes it
-        infer.device = _torch_device(self.device_target)
-        self.pattern: Any = _UNSET  # fixed by the first __infer__
+    def __init__(self, binding: Binding, infer: FakeInfer):
+        self.infer = infer  # the fast path sizes its outputs with it; see the class docstring
+        self.pattern: Any = _UNSET  # fixed by the first inference
         self.bprops: dict[Pattern | None, Any] = {}  # bprops carry their VJP kernel (grad.py)
-        explicit = patterns.needs_explicit(binding)
-        super().__init__(_lib.kernel(self.device_target), out_shape=self._shapes,
-                         out_dtype=self._dtypes, func_type="aot",
+        self.binding = binding
+        self.device_target = _lib.current_target()  # retarget() changes it
+        explicit = patterns.needs_explicit(binding)  # its spec comes with the first call
+        multi_output = binding.returns_list or len(binding.schema.returns) > 1
+        super().__init__(binding, "" if explicit else self.spec(None), binding.name,
+                         multi_output, self.device_target,
                          bprop=None if explicit else self._bprop_for(None))
-        if not explicit:  # else the spec comes with the first call's list lengths
-            self.add_prim_attr(SPEC_ATTR, self.spec(None))
+        infer.device = _torch_device(self.device_target)
         if binding.returns_nothing:
             # Nothing uses its placeholder output: without a side effect GRAPH mode would drop
             # the op, and its check with it.
             self.add_prim_attr("side_effect_io", True)
-        self.add_prim_attr("ms_aten_uid", unique_id())
 
     def spec(self, pattern: Pattern | None) -> str:
         """The forward spec for a call pattern: the functional call, then (csrc/kernel.h) the
-        out= overload that writes in place."""
-        target = out_variant(self.binding.schema)
-        call = self.binding.spec("call", pattern=pattern)
-        return call + (f";{self.binding.spec('out', target, pattern)}" if target else "")
+        overload that writes MindSpore's output: the in-place one where out= is only a
+        composite wrapper, else out=."""
+        binding = self.binding
+        spec = binding.spec("call", pattern=pattern)
+        if (inplace := inplace_variant(binding.schema)) is not None:
+            return spec + f";{binding.spec('inplace', inplace, pattern)}"
+        if (target := out_variant(binding.schema)) is not None:
+            return spec + f";{binding.spec('out', target, pattern)}"
+        return spec
 
     def __call__(self, *args):
         # PYNATIVE on CPU: the pyboost fast path (ms_aten/fast_path.py), about 20x cheaper per
@@ -76,28 +91,77 @@ class AtenOp(ops.Custom):
         result: Any
         if self.device_target == "CPU" and not graph_mode() and fast_path.available():
             result = fast_path.call(self, *args)
-        else:
-            result = super().__call__(*args)
+        else:  # PYNATIVE's Custom route: MindSpore infers this call next
+            pattern = patterns.from_call(self.binding, args)
+            self._fix_pattern(pattern)
+            flat = fast_path.flatten(args)
+            try:
+                shapes, types = [list(x.shape) for x in flat], [x.dtype for x in flat]
+            except AttributeError:
+                kinds = ", ".join(type(x).__name__ for x in flat)
+                raise TypeError(f"ms_aten op '{self.binding.name}' takes MindSpore Tensors (a "
+                                f"tuple of them for a Tensor[]) or Python numbers, got "
+                                f"{kinds}") from None
+            self.tell(shapes, types)
+            result = ops.Custom.__call__(self, *args)
         if self.binding.returns_nothing:
             result.asnumpy()  # an assert raises here, as torch's does, not at a later sync
         return result
 
-    def __infer__(self, *args: dict) -> dict:
+    def call_inputs(self, args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
         pattern = patterns.from_infer_args(self.binding, args)
         self._check_nones(args, pattern)
         self._fix_pattern(pattern)
-        # One fake run gives shapes and dtypes together (Custom would infer them apart).
+        return super().call_inputs(args)
+
+    def check_count(self, shapes: Sequence[Sequence[int]]) -> None:
+        # from_infer_args and from_call check the count against the pattern.
+        if self.pattern is _UNSET or self.pattern is None:
+            super().check_count(shapes)
+
+    def tell(self, shapes: Sequence[Sequence[int]], types: Sequence[Any]) -> None:
+        """Choose this call's shape inference (see the class docstring), and tell the library
+        about the call when its C++ hook is the one MindSpore will ask."""
+        pattern = None if self.pattern is _UNSET else self.pattern
+        static = all(d >= 0 for shape in shapes for d in shape)
+        python = pattern is not None or self.binding.returns_nothing
+        if python and not static:
+            raise ShapeInferenceError(
+                f"ms_aten op '{self.binding.name}': unknown input sizes {list(map(list, shapes))} "
+                f"with {patterns.describe(pattern)}; MindSpore's C++ shape hook sees only "
+                f"tensors, so unknown sizes need a tensor in every slot")
+        fake = None
+        if static:
+            try:
+                fake = self.infer(shapes, types, pattern)
+            except (ValueDependentError, TypeError):
+                raise
+            except Exception:
+                if python:
+                    raise
+        if not python:
+            self.check_count(shapes)
+            library = infer_outputs(self.attrs[SPEC_ATTR], shapes, types, self.attrs[SITE_ATTR])
+            python = fake is not None and [list(s) for s in fake[0]] != library[0]
+        if python:
+            if CPP_SHAPES in self.attrs:
+                self.del_prim_attr(CPP_SHAPES)
+        else:
+            self.add_prim_attr(CPP_SHAPES, True)
+
+    def __infer__(self, *args: dict) -> dict:
+        if CPP_SHAPES in self.attrs:  # shapes from the C++ hook; dtypes from the library here
+            return super().__infer__(*args)
+        pattern = patterns.from_infer_args(self.binding, args)
         shapes, types = flatten_infer_args(args)
-        if len(shapes) != len(args) and graph_mode():  # a tuple input, and GRAPH mode
-            self._check_list_dtypes(args)
         out_shapes, out_dtypes = self.infer(shapes, types, pattern)
         if self.binding.returns_nothing:
             return dict(PLACEHOLDER)
-        if len(out_shapes) == 1 and not self.binding.returns_list:
-            return {"shape": out_shapes[0], "dtype": out_dtypes[0], "value": None}
-        return {"shape": tuple(out_shapes), "dtype": tuple(out_dtypes), "value": None}
+        if self.multi_output:
+            return {"shape": tuple(out_shapes), "dtype": tuple(out_dtypes), "value": None}
+        return {"shape": out_shapes[0], "dtype": out_dtypes[0], "value": None}
 
-    def _check_nones(self, args: tuple[dict, ...], pattern: Pattern | None) -> None:
+    def _check_nones(self, args: Sequence[dict], pattern: Pattern | None) -> None:
         # MindSpore hands a Custom kernel a buffer of dtype "none" for a None argument, and
         # inserts a failing Cast for a tuple that starts with None: the Custom route takes
         # neither (the fast path drops Nones itself).
@@ -143,17 +207,6 @@ class AtenOp(ops.Custom):
                 retarget(bprop.vjp, self.device_target)
         return bprop
 
-    def _check_list_dtypes(self, args) -> None:
-        # In GRAPH mode MindSpore labels every tensor of a tuple input with the first one's
-        # dtype when it hands them to the kernel; mixed dtypes would be misread.
-        for arg in args:
-            if not isinstance(arg["dtype"], (tuple, list)):
-                continue
-            tensor_types = {str(d) for d in arg["dtype"] if isinstance(d, mstype.TensorType)}
-            if len(tensor_types) > 1:
-                raise TypeError(f"ms_aten op '{self.binding.name}': in GRAPH mode the tensors of "
-                                f"a list must share one dtype, got {list(map(str, arg['dtype']))}")
-
     def set_device(self, device_target: str) -> AtenOp:
         """Run this op (and its backward) on `device_target` whatever MindSpore's context says,
         e.g. set_device("CPU") for the CPU ATen kernel while the context is GPU."""
@@ -163,11 +216,6 @@ class AtenOp(ops.Custom):
                 retarget(bprop.vjp, device_target)
         self.infer.device = _torch_device(device_target)
         return self
-
-    def _shapes(self, *shapes):  # Custom requires these callables; __infer__ replaces them
-        raise AssertionError("unreachable: AtenOp.__infer__ infers shapes")
-
-    _dtypes = _shapes
 
 
 def _torch_device(device_target: str) -> str:
@@ -193,7 +241,8 @@ def _zeros_bprop(binding: Binding, pattern: Pattern | None) -> Callable:
 
 def retarget(custom: ops.Custom, device_target: str) -> None:
     """Point an ms_aten Custom op at the bridge's kernel for `device_target`."""
-    func = _lib.kernel(device_target)  # raises before anything runs if unsupported
+    # raises before anything runs if unsupported
+    func = _lib.kernel(device_target, custom.multi_output)
     ops.Custom.set_device(custom, device_target)
     custom.uniq_name = custom.uniq_name.replace(custom.func, func)
     custom.func = custom.func_name = func
@@ -216,4 +265,4 @@ def op(name: Any, **constants: Any) -> AtenOp:
     left out (None), and a call-time input may be a Python number.
     """
     binding = Binding.build(resolve(op_name(name), constants), constants)
-    return AtenOp(binding, MetaInfer(binding))
+    return AtenOp(binding, FakeInfer(binding))

@@ -188,3 +188,32 @@ def out_variant(schema: Schema) -> Schema | None:
                 and all(str(a.type) == "Tensor" for a in outs)):
             return candidate
     return None
+
+
+def _has_cpu_kernel(schema: Schema) -> bool:
+    """Whether the overload has a CPU kernel of its own (not only a composite one)."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(full_name(schema), "CPU")
+
+
+def inplace_variant(schema: Schema) -> Schema | None:
+    """The in-place overload (relu_ for relu) that computes the functional `schema` into its
+    first argument, where that beats the out= overload: one Tensor returned, an out= overload
+    that is only the composite wrapper (functional, then a copy: relu.out allocates its result),
+    and an in-place overload with a kernel of its own (csrc/kernel.h runs it on the output)."""
+    if len(schema.returns) != 1 or str(schema.returns[0].type) != "Tensor":
+        return None
+    out = out_variant(schema)
+    if out is not None and _has_cpu_kernel(out):
+        return None
+    try:
+        candidates = schemas(schema.name + "_")
+    except ValueError:
+        return None
+    for candidate in candidates:
+        first = candidate.arguments[0] if candidate.arguments else None
+        if (candidate.overload_name == schema.overload_name and first is not None
+                and first.alias_info is not None and first.alias_info.is_write
+                and _signature(candidate.arguments) == _signature(schema.arguments)
+                and _has_cpu_kernel(candidate)):
+            return candidate
+    return None

@@ -26,7 +26,7 @@ from mindspore import Tensor
 
 from . import dtypes
 from . import pattern as patterns
-from .infer import number_positions, wrapped_number
+from .fake_infer import number_positions, wrapped_number
 
 if TYPE_CHECKING:
     from .op import AtenOp

@@ -108,15 +108,3 @@ def test_missing_library_is_an_import_error_with_a_rebuild_hint(tmp_path, monkey
         monkeypatch.undo()
         _lib.library.cache_clear()
         _lib.library()
-
-
-def test_graph_mode_dynamic_shapes_are_refused_by_name():
-    import mindspore as ms
-
-    from common import OpCell, set_mode
-
-    set_mode("graph")
-    net = OpCell(ms_aten.op("relu"))
-    net.set_inputs(ms.Tensor(shape=[None, 4], dtype=ms.float32))
-    with pytest.raises(ShapeInferenceError, match=r"'aten::relu': dynamic input shape \[-1, 4\]"):
-        net(to_ms(X))

@@ -26,6 +26,7 @@
 #include "include/utils/pynative/grad_state.h"
 
 #include "bridge_abi.h"
+#include "dtype_table.h"
 
 namespace ms_aten_fast {
 namespace {
@@ -36,16 +37,11 @@ using mindspore::TypeId;
 using mindspore::tensor::TensorPtr;
 using TensorPtrList = std::vector<TensorPtr>;
 
-// MindSpore's TypeIds and the dtype names libms_aten.so reads (csrc/ms_ext.cpp has the same 15).
+// MindSpore's TypeIds and the dtype names libms_aten.so reads, from the one table.
 constexpr std::pair<TypeId, const char*> kDtypes[] = {
-    {TypeId::kNumberTypeFloat16, "float16"},     {TypeId::kNumberTypeBFloat16, "bfloat16"},
-    {TypeId::kNumberTypeFloat32, "float32"},     {TypeId::kNumberTypeFloat64, "float64"},
-    {TypeId::kNumberTypeBool, "bool"},           {TypeId::kNumberTypeInt8, "int8"},
-    {TypeId::kNumberTypeInt16, "int16"},         {TypeId::kNumberTypeInt32, "int32"},
-    {TypeId::kNumberTypeInt64, "int64"},         {TypeId::kNumberTypeUInt8, "uint8"},
-    {TypeId::kNumberTypeUInt16, "uint16"},       {TypeId::kNumberTypeUInt32, "uint32"},
-    {TypeId::kNumberTypeUInt64, "uint64"},       {TypeId::kNumberTypeComplex64, "complex64"},
-    {TypeId::kNumberTypeComplex128, "complex128"},
+#define MS_ATEN_DTYPE_ENTRY(name, aten, mindspore) {TypeId::mindspore, name},
+    MS_ATEN_DTYPES(MS_ATEN_DTYPE_ENTRY)
+#undef MS_ATEN_DTYPE_ENTRY
 };
 
 const char* dtype_name(TypeId type) {

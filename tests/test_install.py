@@ -30,6 +30,7 @@ import torch
 from mindspore import nn
 
 import ms_aten
+import ms_aten.testing
 from ms_aten import fast_path
 
 package = Path(ms_aten.__file__).parent
@@ -75,7 +76,8 @@ def test_wheel_installs_and_runs_from_anywhere(tmp_path):
          "-w", str(tmp_path / "dist"), str(ROOT)])
     (wheel,) = (tmp_path / "dist").glob("ms_aten-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for name in ("libms_aten.so", "ms_aten_fast_path.so", "include/ms_ext.h", "_version.py"):
+    for name in ("libms_aten.so", "ms_aten_fast_path.so", "include/ms_ext.h", "_version.py",
+                 "testing/__init__.py", "testing/opinfo.py"):
         assert f"ms_aten/{name}" in names, f"{name} is not in {wheel.name}"
 
     venv = tmp_path / "venv"

@@ -7,11 +7,11 @@ import mindspore as ms
 import pytest
 import torch
 import torch.nn.functional as F
-from test_grad import cotangents, ms_grads, torch_grads
+from test_grad import ms_grads
 
 import ms_aten
 
-from common import assert_same, run, set_mode, to_ms, to_torch
+from common import assert_same, cotangents, run, set_mode, to_ms, to_torch, torch_grads
 
 g = torch.Generator().manual_seed(11)
 

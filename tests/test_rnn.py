@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_grad import cotangents, ms_grads, torch_grads
+from test_grad import ms_grads
 
 import ms_aten
 
-from common import assert_same, run, to_ms, to_torch
+from common import assert_same, cotangents, run, to_ms, to_torch, torch_grads
 
 torch.manual_seed(5)
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import mindspore as ms
 import pytest
 import torch
-from test_grad import ms_grads, torch_grads
+from test_grad import ms_grads
 
 import ms_aten
 from ms_aten import fast_path
 
-from common import assert_same, run, set_mode, to_ms, to_torch
+from common import assert_same, run, set_mode, to_ms, to_torch, torch_grads
 
 g = torch.Generator().manual_seed(3)
 X = torch.randn(4, 5, generator=g)

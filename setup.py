@@ -1,13 +1,18 @@
-"""Builds ms_aten and its bridge library, ms_aten/libms_aten.so.
+"""Builds ms_aten: its bridge library, ms_aten/libms_aten.so, and the PYNATIVE fast-path module.
 
 The library is one plain shared object (not a Python extension module): MindSpore dlopens it
-by path for ops.Custom(func_type="aot"), and users' own kernels link against it. Build with
-`pip install --no-build-isolation .` so the rpath points at the torch the package will run with.
+by path for ops.Custom(func_type="aot"), and users' own kernels link against it. The fast-path
+module (csrc/pyboost/fast_path.cpp, a MindSpore CustomOpBuilder module) links against it and
+lands beside it. Build with `pip install --no-build-isolation .` so that both link against the
+torch and MindSpore the package will run with. Metadata is in pyproject.toml.
 """
 import importlib.util
 import os
 import shutil
+import sys
+import sysconfig
 from pathlib import Path
+from types import ModuleType
 
 import torch
 from setuptools import setup
@@ -52,8 +57,29 @@ def device_options() -> tuple[list[str], list[str], list[str], list[str]]:
 DEVICE_MACROS, DEVICE_INCLUDES, DEVICE_LIBRARY_DIRS, DEVICE_LIBRARIES = device_options()
 
 
+def fast_path_builder() -> ModuleType:
+    """ms_aten/fast_path_builder.py, loaded by path: the package itself cannot be imported yet."""
+    spec = importlib.util.spec_from_file_location(
+        "ms_aten_fast_path_builder", ROOT / "ms_aten" / "fast_path_builder.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FAST_PATH = fast_path_builder()
+
+
 class MsAtenBuild(BuildExtension):
-    """BuildExtension plus the old-ABI unit, the plain .so name, and the public header."""
+    """BuildExtension plus the old-ABI unit, the plain .so name, and the fast-path module."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        # Objects live in the tree's build/ for every kind of build (in place, editable, wheel;
+        # pip gives editable builds a fresh temporary directory), so ninja recompiles only the
+        # sources that changed.
+        self.build_temp = str(
+            ROOT / "build" / f"temp.{sysconfig.get_platform()}-{sys.implementation.cache_tag}")
 
     def get_ext_filename(self, fullname: str) -> str:
         return os.path.join(*fullname.split(".")) + ".so"
@@ -75,6 +101,30 @@ class MsAtenBuild(BuildExtension):
         )
         ext.extra_objects = list(objects)
         super().build_extension(ext)
+
+    def build_extensions(self) -> None:
+        super().build_extensions()
+        # After the bridge library: the fast-path module links against it, in build_lib.
+        library = Path(self.build_lib) / "ms_aten" / "libms_aten.so"
+        FAST_PATH.build(CSRC, library, self._fast_path_output(self.build_lib),
+                        Path(self.build_temp) / "fast_path")
+
+    def _fast_path_output(self, package_root: str) -> Path:
+        return Path(package_root) / "ms_aten" / FAST_PATH.MODULE_FILE
+
+    def copy_extensions_to_source(self) -> None:  # --inplace and editable installs
+        super().copy_extensions_to_source()
+        FAST_PATH.install(self._fast_path_output(self.build_lib), self._fast_path_output(str(ROOT)))
+
+    def get_outputs(self) -> list[str]:
+        return [*super().get_outputs(), str(self._fast_path_output(self.build_lib))]
+
+    def get_output_mapping(self) -> dict[str, str]:
+        mapping = super().get_output_mapping()
+        if self.inplace:
+            mapping[str(self._fast_path_output(self.build_lib))] = str(
+                self._fast_path_output(str(ROOT)))
+        return mapping
 
 
 # The public header ships inside the package for `python -m ms_aten.build`.
@@ -99,14 +149,6 @@ bridge = CppExtension(
 )
 
 setup(
-    name="ms_aten",
-    version="0.1.0",
-    description="PyTorch ATen operators as MindSpore operators",
-    packages=["ms_aten"],
-    package_data={"ms_aten": ["libms_aten.so", "include/ms_ext.h"]},
-    python_requires=">=3.10",
-    install_requires=["mindspore==2.10.0", "torch==2.13.0", "numpy<2"],
     ext_modules=[bridge],
     cmdclass={"build_ext": MsAtenBuild.with_options(use_ninja=True)},
-    zip_safe=False,
 )

@@ -72,8 +72,11 @@ def per_op_forward(cell: ms_aten.TorchModule) -> Callable[[ms.Tensor], ms.Tensor
         for node, spec in zip(placeholders, exported.graph_signature.input_specs, strict=True):
             values[node] = x if spec.target is None else weights[
                 cell._aliases.get(spec.target, spec.target)]
+        def value(item):  # a graph value, or a Python number / None passed as it is
+            return values[item] if isinstance(item, torch.fx.Node) else item
+
         for node, op, tensors in steps:
-            args = [tuple(values[t] for t in a) if isinstance(a, (list, tuple)) else values[a]
+            args = [tuple(map(value, a)) if isinstance(a, (list, tuple)) else value(a)
                     for a in tensors]
             result = op(*args)
             values[node] = result

@@ -1,9 +1,12 @@
 #include "ms_ext.h"
 
 #include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "dtype_table.h"
 
 #ifdef WITH_NPU
 #include <torch_npu/csrc/aten/common/from_blob.h>
@@ -11,19 +14,24 @@
 
 namespace {
 
-// Every dtype string MindSpore 2.10 passes to AOT kernels (see mindspore/common/dtype.py).
 constexpr std::pair<const char*, at::ScalarType> kDtypes[] = {
-    {"float16", at::kHalf},        {"bfloat16", at::kBFloat16},
-    {"float32", at::kFloat},       {"float64", at::kDouble},
-    {"bool", at::kBool},           {"int8", at::kChar},
-    {"int16", at::kShort},         {"int32", at::kInt},
-    {"int64", at::kLong},          {"uint8", at::kByte},
-    {"uint16", at::kUInt16},       {"uint32", at::kUInt32},
-    {"uint64", at::kUInt64},       {"complex64", at::kComplexFloat},
-    {"complex128", at::kComplexDouble},
+#define MS_ATEN_DTYPE_ENTRY(name, aten, mindspore) {name, at::ScalarType::aten},
+    MS_ATEN_DTYPES(MS_ATEN_DTYPE_ENTRY)
+#undef MS_ATEN_DTYPE_ENTRY
 };
+constexpr int kDtypeCount = static_cast<int>(std::size(kDtypes));
 
 }  // namespace
+
+// The table for ms_aten/dtypes.py: entry i's MindSpore name ("float16") and its ATen
+// ScalarType's name ("Half"), nullptr past the end.
+extern "C" MS_ATEN_API const char* ms_aten_dtype_name(int i) {
+  return i >= 0 && i < kDtypeCount ? kDtypes[i].first : nullptr;
+}
+
+extern "C" MS_ATEN_API const char* ms_aten_dtype_aten_name(int i) {
+  return i >= 0 && i < kDtypeCount ? c10::toString(kDtypes[i].second) : nullptr;
+}
 
 at::ScalarType ms_dtype_to_scalar_type(const char* dtype) {
   if (dtype != nullptr) {

@@ -29,9 +29,10 @@ MS_ATEN_API const char* scalar_type_to_ms_dtype(at::ScalarType dtype);
 
 // One view per parameter, inputs first, then outputs, in MindSpore's order.
 // 0-dim tensors arrive with shapes[i] == nullptr and ndims[i] == 0.
-MS_ATEN_API std::vector<at::Tensor> get_torch_tensors(int nparam, void** params, int* ndims, int64_t** shapes,
-                                          const char** dtypes, c10::Device device);
+MS_ATEN_API std::vector<at::Tensor> get_torch_tensors(int nparam, void** params, int* ndims,
+                                                      int64_t** shapes, const char** dtypes,
+                                                      c10::Device device);
 
 // A single view; get_torch_tensors calls it for every parameter.
 MS_ATEN_API at::Tensor wrap_ms_buffer(void* data, int ndim, const int64_t* shape, const char* dtype,
-                          c10::Device device);
+                                      c10::Device device);

@@ -236,9 +236,11 @@ void Program::forward(const std::vector<at::Tensor>& inputs,
   for (size_t k = 0; k < n_out; ++k) copy_into_output(outputs[k], values[outputs_[k]], k);
 }
 
-// The route: recompute the forward under autograd on the saved inputs, then one
-// torch::autograd::grad over the whole graph. Nothing is kept between the two kernels, so a
-// forward whose backward never runs (inference) costs no memory; the price is a second forward.
+// The route: recompute the forward under autograd on the saved inputs, then one backward over
+// the whole graph. Nothing is kept between the two kernels, so a forward whose backward never
+// runs (inference) costs no memory; the price is a second forward. Each leaf's .grad is
+// MindSpore's (zeroed) output buffer, so autograd accumulates into it in place and frees every
+// gradient as soon as it lands, where torch::autograd::grad would hold them all, then copy.
 void Program::vjp(const std::vector<at::Tensor>& inputs,
                   const std::vector<at::Tensor>& outputs) const {
   const size_t n_out = outputs_.size();
@@ -257,6 +259,7 @@ void Program::vjp(const std::vector<at::Tensor>& inputs,
     if (differentiate_[i] && (at::isFloatingType(leaf.scalar_type()) ||
                               at::isComplexType(leaf.scalar_type()))) {
       leaf.requires_grad_(true);
+      leaf.mutable_grad() = outputs[i];
       wrt.push_back(leaf);
       wrt_index.push_back(i);
     }
@@ -277,10 +280,13 @@ void Program::vjp(const std::vector<at::Tensor>& inputs,
     }
   }
   if (ys.empty()) return;  // no output depends on a differentiable input: all zeros
-  const auto grads = torch::autograd::grad(ys, wrt, dys, /*retain_graph=*/false,
-                                           /*create_graph=*/false, /*allow_unused=*/true);
-  for (size_t k = 0; k < grads.size(); ++k) {
-    if (grads[k].defined()) copy_into_output(outputs[wrt_index[k]], grads[k], wrt_index[k]);
+  torch::autograd::backward(ys, dys, /*retain_graph=*/false, /*create_graph=*/false, wrt);
+  // AccumulateGrad adds in place into a defined .grad when grad mode is off; should it ever
+  // replace the tensor instead, the result is copied.
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    const at::Tensor& grad = wrt[k].grad();
+    const at::Tensor& out = outputs[wrt_index[k]];
+    if (grad.defined() && !grad.is_same(out)) copy_into_output(out, grad, wrt_index[k]);
   }
 }
 

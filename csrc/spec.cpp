@@ -1,11 +1,14 @@
 #include "spec.h"
 
+#include <ATen/ScalarOps.h>
+
 #include <array>
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
 
+#include "bridge_abi.h"
 #include "ms_ext.h"
 
 namespace ms_aten {
@@ -49,6 +52,39 @@ int64_t to_int(const std::string& text) {
   return value;
 }
 
+// A number where the schema takes a Tensor, as torch's Python binding and TorchScript pass one:
+// a 0-dim CPU tensor of the number's own kind (double, int64, bool or complex double) marked
+// as a wrapped number, so that type promotion treats it as a Python scalar (a float16 tensor
+// plus 1.0 stays float16).
+at::Tensor wrapped_number(const c10::Scalar& value) {
+  at::Tensor tensor = c10::scalar_to_tensor(value);
+  tensor.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return tensor;
+}
+
+namespace {
+
+c10::IValue wrapped_constant(const std::string& body) {
+  if (body.empty()) throw std::invalid_argument("'W' needs a number (W then b, i or f)");
+  const c10::IValue value = constant(body);
+  if (value.isBool()) return wrapped_number(value.toBool());
+  if (value.isInt()) return wrapped_number(value.toInt());
+  if (value.isDouble()) return wrapped_number(value.toDouble());
+  throw std::invalid_argument("'W" + body + "' is not a wrapped number (W then b, i or f)");
+}
+
+// A call-time number's wrapped tensor. Shape inference (csrc/infer.cpp) runs on meta tensors,
+// whose value cannot be read: any number of the same kind promotes the same way.
+at::Tensor wrapped_input(const at::Tensor& input) {
+  if (!input.is_meta()) return wrapped_number(input.item());
+  const auto type = input.scalar_type();
+  if (type == at::kBool) return wrapped_number(false);
+  if (at::isComplexType(type)) return wrapped_number(c10::complex<double>(0, 0));
+  return at::isFloatingType(type) ? wrapped_number(0.0) : wrapped_number(int64_t{0});
+}
+
+}  // namespace
+
 c10::IValue constant(const std::string& token) {
   const char tag = token[0];
   const std::string body = token.substr(1);
@@ -59,6 +95,7 @@ c10::IValue constant(const std::string& token) {
     case 'f': return c10::IValue(to_double(body));
     case 's': return c10::IValue(unescape(body));
     case 'y': return c10::IValue(ms_dtype_to_scalar_type(body.c_str()));
+    case 'W': return wrapped_constant(body);
     case 'd': return c10::IValue(c10::Device(unescape(body)));
     case 'I': {
       std::vector<int64_t> values;
@@ -139,7 +176,9 @@ OpCall::OpCall(const std::string& spec) {
       if (token.empty()) fail(spec, "empty token");
       switch (token[0]) {
         case 't':
-          slots_.push_back({SlotKind::kTensor, static_cast<int>(to_int(token.substr(1))), {}});
+        case 'w':
+          slots_.push_back({token[0] == 't' ? SlotKind::kTensor : SlotKind::kWrapped,
+                            static_cast<int>(to_int(token.substr(1))), {}});
           ++fixed_inputs_;
           break;
         case 'T':
@@ -218,6 +257,7 @@ int OpCall::input_count(int nparam) const {
     if (!vjp_tensor_counts(nparam, counts[2].first, counts[2].second, &n_in, &n_out)) return -1;
     return static_cast<int>(counts[1].first * n_in + counts[1].second * n_out);
   }
+  if (returns_nothing()) return nparam - 1;  // one placeholder output
   return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;
 }
 
@@ -271,7 +311,9 @@ bool OpCall::explicit_slots() const {
 std::vector<int> OpCall::tensor_indices() const {
   std::vector<int> indices;
   for (const Slot& slot : slots_) {
-    if (slot.kind == SlotKind::kTensor) indices.push_back(slot.index);
+    if (slot.kind == SlotKind::kTensor || slot.kind == SlotKind::kWrapped) {
+      indices.push_back(slot.index);
+    }
     if (slot.members) {
       for (const int m : *slot.members) {
         if (m >= 0) indices.push_back(m);
@@ -293,6 +335,9 @@ void OpCall::fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>
         stack.emplace_back(inputs.at(input_index(slot.index, list_len)));
         break;
       }
+      case SlotKind::kWrapped:
+        stack.emplace_back(wrapped_input(inputs.at(input_index(slot.index, list_len))));
+        break;
       case SlotKind::kTensorList: {
         c10::List<at::Tensor> list;
         if (slot.members) {
@@ -320,3 +365,13 @@ void OpCall::fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>
 }
 
 }  // namespace ms_aten
+
+// For ms_aten/infer.py, through ctypes: marks the 0-dim tensor behind `tensor_impl` (a torch
+// Tensor's _cdata) as a wrapped number, as the w<j> and W tokens make theirs; torch has no
+// Python call for it. Returns 0, or 1 when it is not a 0-dim tensor.
+extern "C" MS_ATEN_C_API int ms_aten_mark_wrapped_number(void* tensor_impl) {
+  auto* impl = static_cast<c10::TensorImpl*>(tensor_impl);
+  if (impl == nullptr || impl->dim() != 0) return 1;
+  impl->set_wrapped_number(true);
+  return 0;
+}

@@ -1,10 +1,14 @@
 // An op spec, decoded once per kernel into a ready-to-call form.
 //
-// The spec is a primitive attribute written by ms_aten/spec.py: space-separated tokens,
-//   <kind> <qualified op name> <overload or "."> <output count or "*"> <argument>...
-// where <kind> is call, out, or vjp / vjp<k> (the order-k vector-Jacobian product, csrc/grad.h),
-// with one argument token per schema argument, in schema order:
+// The spec is a primitive attribute written by ms_aten/binding.py: space-separated tokens,
+//   <kind> <qualified op name> <overload or "."> <output count, "*" or "0"> <argument>...
+// where <kind> is call, out, or vjp / vjp<k> (the order-k vector-Jacobian product, csrc/grad.h).
+// An output count of "*" means the op returns Tensor[] and MindSpore's buffers say how many;
+// "0" means it returns nothing, and MindSpore gives it one placeholder output that stays unused.
+// One argument token per schema argument, in schema order:
 //   t<j>        the j-th call-time tensor (Tensor or Tensor?)
+//   w<j>        the j-th call-time tensor holds a Python number: a wrapped number, as torch
+//               makes one (c10::scalar_to_tensor of its value, set_wrapped_number)
 //   T           a Tensor[] filled by the variable-length run of call-time tensors
 //   Q           a Tensor?[] filled the same way (every entry present)
 //   T[i,j,..]   a Tensor[] of the call-time tensors i, j, ... (any number of such lists)
@@ -14,6 +18,7 @@
 //   b0 b1       bool            i<int>    int            f<double>  float
 //   s<%-escaped> string          I<a,b,..> int list       F<a,b,..>  float list
 //   B<0,1,..>   bool list       y<dtype>  ScalarType     d<%-esc.>  Device
+//   W<b|i|f..>  a constant number in a Tensor slot, wrapped as w<j> is
 #pragma once
 
 #include <ATen/ATen.h>
@@ -33,6 +38,8 @@ std::vector<std::string> split(const std::string& text, char sep);
 std::string unescape(const std::string& text);  // %XX escapes
 int64_t to_int(const std::string& text);
 c10::IValue constant(const std::string& token);  // a constant argument token (N, b1, i3, ...)
+// A number as torch passes one for a Tensor argument: c10::scalar_to_tensor, wrapped number.
+at::Tensor wrapped_number(const c10::Scalar& value);
 
 class OpCall {
  public:
@@ -52,6 +59,8 @@ class OpCall {
   int vjp_output_count(int vjp_inputs) const;
   // The number of MindSpore outputs of a launch.
   int output_count(int nparam) const { return nparam - input_count(nparam); }
+  // The op returns nothing: its one MindSpore output is a placeholder (output count "0").
+  bool returns_nothing() const { return fixed_outputs_ == 0; }
 
   // The call-time tensor index that fills schema argument `name` (a plain Tensor or Tensor?
   // slot) when `n_inputs` tensors are given, or -1.
@@ -77,7 +86,7 @@ class OpCall {
   // Where a Tensor slot's tensor sits among the call-time tensors; those after the list shift.
   int input_index(int slot_index, int list_len) const;
 
-  enum class SlotKind { kConst, kTensor, kTensorList, kOptTensorList, kOutput };
+  enum class SlotKind { kConst, kTensor, kWrapped, kTensorList, kOptTensorList, kOutput };
   struct Slot {
     SlotKind kind;
     int index;  // call-time tensor index in schema order, or output index

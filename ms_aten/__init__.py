@@ -7,10 +7,11 @@ import torch  # noqa: F401  (first: libms_aten.so needs libtorch loaded)
 
 from ._lib import launch_count
 from ._lib import library as _library
+from ._version import __version__
 from .build import BuildError
 from .constants import ConstantError
 from .function import AtenFunction, function
-from .infer import ShapeInferenceError
+from .infer import ShapeInferenceError, ValueDependentError
 from .module import TorchModule, module
 from .op import AtenOp, op
 from .program import CaptureError
@@ -21,6 +22,5 @@ _library()  # fail at import, with a rebuild hint, if the bridge library is miss
 _configure_threads()
 
 __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "ConstantError",
-           "ShapeInferenceError", "TorchModule", "function", "get_num_threads",
-           "launch_count", "module", "op", "set_num_threads"]
-__version__ = "0.1.0"
+           "ShapeInferenceError", "TorchModule", "ValueDependentError", "__version__", "function",
+           "get_num_threads", "launch_count", "module", "op", "set_num_threads"]

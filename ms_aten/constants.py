@@ -69,8 +69,11 @@ def check_constant(arg, value):
                 return None
             raise ConstantError("expects a value, got None")
         if is_tensor_arg(arg):
+            if base == "Tensor" and isinstance(value, (bool, int, float)):
+                return value  # a number where torch takes a tensor: wrapped as torch wraps it
             raise ConstantError("is a tensor: pass it at call time" +
-                                (", or None here" if optional else ""))
+                                (", or None here" if optional else "") +
+                                ("" if base != "Tensor" else ", or a Python number"))
         if base in ("int", "SymInt") and _is_int(value):
             return int(value)
         if base == "float" and _is_real(value):
@@ -110,8 +113,10 @@ def encode(arg, value) -> str:
     base, _ = _base_type(arg)
     if value is None:
         return "N"
+    if base == "Tensor":  # a number in a Tensor slot: a wrapped-number tensor (csrc/spec.h)
+        return "W" + encode_number(value)
     if isinstance(value, bool):
-        return f"b{int(value)}"
+        return encode_number(value)
     if base in ("List[int]", "List[SymInt]"):
         return "I" + ",".join(map(str, value))
     if base == "List[float]":
@@ -128,6 +133,12 @@ def encode(arg, value) -> str:
         return f"i{_LAYOUTS[value]}"
     if isinstance(value, str):
         return "s" + quote(value, safe="")
+    return encode_number(value)
+
+
+def encode_number(value: bool | int | float) -> str:
+    if isinstance(value, bool):
+        return f"b{int(value)}"
     if isinstance(value, float):
         return "f" + repr(value)
     return f"i{value}"

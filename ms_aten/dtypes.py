@@ -1,27 +1,54 @@
-"""The 15 dtypes MindSpore 2.10 hands to AOT kernels, and their torch twins."""
+"""The dtypes MindSpore 2.10 hands to AOT kernels, and their torch twins.
+
+The table is the bridge library's (csrc/dtype_table.h, the one source the C++ side compiles
+in), read once at import; every entry is checked against torch and MindSpore here, so a library
+built from another table is an ImportError rather than a silently reinterpreted buffer.
+"""
 from __future__ import annotations
+
+import ctypes
+from typing import Any, NoReturn
 
 import mindspore as ms
 import torch
 from mindspore.common import dtype as mstype
 
-_PAIRS = (
-    (ms.float16, torch.float16),
-    (ms.bfloat16, torch.bfloat16),
-    (ms.float32, torch.float32),
-    (ms.float64, torch.float64),
-    (ms.bool_, torch.bool),
-    (ms.int8, torch.int8),
-    (ms.int16, torch.int16),
-    (ms.int32, torch.int32),
-    (ms.int64, torch.int64),
-    (ms.uint8, torch.uint8),
-    (ms.uint16, torch.uint16),
-    (ms.uint32, torch.uint32),
-    (ms.uint64, torch.uint64),
-    (ms.complex64, torch.complex64),
-    (ms.complex128, torch.complex128),
-)
+from . import _lib
+
+
+def _library_table() -> list[tuple[str, str]]:
+    """(MindSpore name, ATen ScalarType name) for each entry of the library's table."""
+    lib = _lib.library()
+    for symbol in ("ms_aten_dtype_name", "ms_aten_dtype_aten_name"):
+        getattr(lib, symbol).restype = ctypes.c_char_p
+        getattr(lib, symbol).argtypes = [ctypes.c_int]
+    entries: list[tuple[str, str]] = []
+    while (name := lib.ms_aten_dtype_name(len(entries))) is not None:
+        entries.append((name.decode(), lib.ms_aten_dtype_aten_name(len(entries)).decode()))
+    return entries
+
+
+def _disagree(name: str, problem: str) -> NoReturn:
+    raise ImportError(f"ms_aten's dtype table (in {_lib.LIBRARY}) disagrees with the installed "
+                      f"packages on '{name}': {problem}; {_lib.REBUILD_HINT}")
+
+
+def _pair(name: str, aten_name: str) -> tuple[Any, torch.dtype]:
+    """The (MindSpore, torch) dtypes for one entry; ImportError where either disagrees."""
+    ms_dtype, torch_dtype = getattr(mstype, name, None), getattr(torch, name, None)
+    if not isinstance(ms_dtype, mstype.Type):
+        _disagree(name, f"MindSpore {ms.__version__} has no dtype mindspore.{name}")
+    if not isinstance(torch_dtype, torch.dtype):
+        _disagree(name, f"torch {torch.__version__} has no dtype torch.{name}")
+    if torch.empty(0, dtype=torch_dtype).type() != f"torch.{aten_name}Tensor":
+        _disagree(name, f"the library maps it to ATen's {aten_name}, which torch.{name} is not")
+    if mstype.type_size_in_bytes(ms_dtype) != torch_dtype.itemsize:
+        _disagree(name, f"{ms_dtype} takes {mstype.type_size_in_bytes(ms_dtype)} bytes, "
+                        f"torch.{name} {torch_dtype.itemsize}")
+    return ms_dtype, torch_dtype
+
+
+_PAIRS = tuple(_pair(name, aten_name) for name, aten_name in _library_table())
 MS_TO_TORCH = dict(_PAIRS)
 TORCH_TO_MS = {t: m for m, t in _PAIRS}
 

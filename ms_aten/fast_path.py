@@ -5,15 +5,14 @@ csrc/pyboost/fast_path.cpp runs the same libms_aten.so kernel through MindSpore'
 pipeline in a fraction of that, gradients included (MindSpore's C++ autograd Function, with
 the op's VJP kernel as backward). GRAPH mode has no pyboost CPU kernel and stays on Custom.
 
-The module is compiled once, at install time, by `build()` (`python -m ms_aten.fast_path`);
-at run time it is only loaded. When it is missing, `available()` is False and callers keep
-using the Custom route; when it exists but cannot be loaded, a warning says why, once.
+The module is compiled at install time, next to libms_aten.so (setup.py runs
+fast_path_builder); at run time it is only loaded. When it is missing, `available()` is False
+and callers keep using the Custom route; when it exists but cannot be loaded, a warning says
+why, once.
 """
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
 import sys
 import time
 import warnings
@@ -26,54 +25,33 @@ from typing import TYPE_CHECKING, Any
 import mindspore as ms
 from mindspore import Tensor
 
-from . import dtypes
+from . import dtypes, fast_path_builder, value_dependent
+from . import pattern as patterns
 from ._lib import LIBRARY, PACKAGE_DIR
+from .infer import ValueDependentError
+from .pattern import Pattern
 
 if TYPE_CHECKING:  # op.py will import this module to route PYNATIVE calls here
     from .op import AtenOp
 
-MODULE_NAME = "ms_aten_fast_path"
-SOURCE = PACKAGE_DIR.parent / "csrc" / "pyboost" / "fast_path.cpp"
-BUILD_DIR = PACKAGE_DIR / "_fast_path_build"
-MODULE_PATH = BUILD_DIR / f"{MODULE_NAME}.so"
+MODULE_NAME = fast_path_builder.MODULE_NAME
+MODULE_PATH = PACKAGE_DIR / fast_path_builder.MODULE_FILE
 STATE_ATTR = "_ms_aten_fast_path"
+# A source checkout (not an installed package) can rebuild the module in place.
+CSRC = PACKAGE_DIR.parent / "csrc"
 
 
 def build() -> Path:
-    """Compile the fast-path module into BUILD_DIR (a few minutes); returns the .so path.
+    """Rebuild the module in a source checkout (pip install and setup.py build_ext do it too).
 
-    Meant for install time (setup.py, scripts/setup.sh); a process that already loaded the
-    module keeps the old one. Raises RuntimeError with the compiler's output when the build
-    fails.
+    A process that already loaded the module keeps the old one. RuntimeError with the compiler's
+    output when the build fails, or when there is no csrc/ beside the package.
     """
-    from mindspore.ops import CustomOpBuilder
-
-    if not LIBRARY.is_file():
-        raise RuntimeError(f"{LIBRARY} is missing: build ms_aten's bridge library first")
-    csrc = SOURCE.parent.parent
-    builder = CustomOpBuilder(
-        name=MODULE_NAME,
-        sources=[str(SOURCE)],
-        backend="CPU",
-        include_paths=[str(csrc)],
-        # libms_aten.so sits one level above the module ('$$' is ninja's escape for '$'; the
-        # quotes keep the shell from expanding $ORIGIN). mindspore_common holds GradState,
-        # which CustomOpBuilder does not link by default.
-        ldflags=f"-L{PACKAGE_DIR} -lms_aten -Wl,-rpath,'$$ORIGIN/..' -lmindspore_common",
-        # The module binds to MindSpore's C++ internals: it records the version it was built
-        # against (a bare pp-number the source stringizes), and _module() refuses any other.
-        cflags=f"-DMS_ATEN_MINDSPORE_VERSION={ms.__version__}",
-        build_dir=str(BUILD_DIR),
-    )
-    # CustomOpBuilder runs `ninja` from PATH; pip installs it next to this interpreter, which
-    # an unactivated venv does not put on PATH.
-    saved_path = os.environ.get("PATH", "")
-    if shutil.which("ninja") is None:
-        os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), saved_path])
-    try:
-        path = Path(builder.build())
-    finally:
-        os.environ["PATH"] = saved_path
+    if not (CSRC / "pyboost" / "fast_path.cpp").is_file():
+        raise RuntimeError(f"no sources at {CSRC}: an installed ms_aten is rebuilt by "
+                           f"reinstalling it (pip install --no-build-isolation ms_aten)")
+    path = fast_path_builder.build(CSRC, LIBRARY, MODULE_PATH,
+                                   PACKAGE_DIR.parent / "build" / "fast_path")
     _module.cache_clear()
     return path
 
@@ -99,7 +77,7 @@ def _module() -> ModuleType | None:
     if module.mindspore_version != ms.__version__:
         warnings.warn(f"ms_aten: {MODULE_PATH} was built for MindSpore "
                       f"{module.mindspore_version}, not {ms.__version__}; PYNATIVE calls use the "
-                      f"slower Custom route until `python -m ms_aten.fast_path` rebuilds it",
+                      f"slower Custom route until ms_aten is rebuilt for it",
                       RuntimeWarning, stacklevel=3)
         return None
     return module
@@ -111,31 +89,73 @@ def available() -> bool:
 
 
 class _OpState:
-    """Per-op fast-path state: the forward and VJP kernels, and one Outputs per input signature."""
+    """Per-op fast-path state: forward and VJP kernels per call pattern (pattern.py), and one
+    Outputs per input signature."""
 
     def __init__(self, module: ModuleType, op: AtenOp) -> None:
         binding = op.binding
-        self.forward = module.Kernel(op.attrs["ms_aten_spec"], binding.name)
-        # The same spec AtenVjp (grad.py) carries, without building that primitive.
-        self.vjp = module.Kernel(binding.spec("vjp"), f"{binding.name} (backward)")
-        self.has_list = binding.list_position is not None
-        # Signature -> Outputs; a signature holds id(dtype) (see call), and dtypes_seen keeps
-        # those dtype objects alive so that no id is ever reused for another dtype.
+        # Calls that are all tensors, one per slot, skip computing their pattern.
+        self.plain = (binding.list_position is None and not patterns.needs_explicit(binding))
+        self.n_slots = len(binding.slots)
+        self.kernels: dict[Pattern | None, tuple[Any, Any]] = {}
+        # Signature -> Outputs, or VALUE_DEPENDENT; a signature holds id(dtype) (see call), and
+        # dtypes_seen keeps those dtype objects alive so that no id is ever reused for another
+        # dtype.
         self.outputs: dict[tuple, Any] = {}
         self.dtypes_seen: set = set()
         self.module = module
         self.op = op
 
-    def outputs_for(self, flat: Sequence[Tensor], key: tuple):
+    @property
+    def forward(self) -> Any:
+        """The forward kernel of the base pattern (every slot a tensor)."""
+        return self.kernels_for(None)[0]
+
+    def kernels_for(self, pattern: Pattern | None) -> tuple[Any, Any]:
+        """(forward, VJP) kernels for a call pattern."""
+        pair = self.kernels.get(pattern)
+        if pair is None:
+            binding = self.op.binding
+            pair = self.kernels[pattern] = (
+                self.module.Kernel(self.op.spec(pattern), binding.name),
+                # The same spec AtenVjp (grad.py) carries, without building that primitive.
+                self.module.Kernel(binding.spec("vjp", pattern=pattern),
+                                   f"{binding.name} (backward)"))
+        return pair
+
+    def outputs_for(self, flat: Sequence[Tensor], key: tuple, pattern: Pattern | None):
         """The Outputs for `flat` (signature `key`), from op.infer; cached under `key`."""
         types = [x.dtype for x in flat]
-        shapes, out_types = self.op.infer([list(shape) for shape, _ in key], types)
+        self.dtypes_seen.update(types)
+        try:
+            shapes, out_types = self.op.infer([list(x.shape) for x in flat], types, pattern)
+        except ValueDependentError:
+            self.outputs[key] = VALUE_DEPENDENT
+            return VALUE_DEPENDENT
+        if self.op.binding.returns_nothing:
+            shapes, out_types = [[0]], [ms.bool_]  # MindSpore's placeholder output (op.py)
         names = [dtypes.spec_name(dtypes.to_torch(t)) for t in out_types]
         single = len(shapes) == 1 and not self.op.binding.returns_list
         outputs = self.module.Outputs(shapes, names, single)
-        self.dtypes_seen.update(types)
         self.outputs[key] = outputs
         return outputs
+
+
+VALUE_DEPENDENT = object()  # an Outputs entry: the op runs on its inputs' values (value_dependent)
+
+
+def flatten(args: Sequence[Any]) -> list[Any]:
+    """Call-time arguments as the kernel takes them: lists expanded, None (also inside a list)
+    dropped, Python numbers as 0-dim tensors."""
+    flat: list[Any] = []
+    for arg in args:
+        if isinstance(arg, (tuple, list)):
+            flat.extend(x for x in arg if x is not None)
+        elif patterns.is_number(arg):  # a 0-dim tensor the kernel's w<j> token wraps again
+            flat.append(Tensor(arg, patterns.number_dtype(arg)))
+        elif arg is not None:
+            flat.append(arg)
+    return flat
 
 
 def _state(op: AtenOp) -> _OpState:
@@ -150,38 +170,43 @@ def _state(op: AtenOp) -> _OpState:
     return state
 
 
-def call(op: AtenOp, *args: Tensor | Sequence[Tensor]) -> Tensor | tuple[Tensor, ...]:
+def call(op: AtenOp, *args: Any) -> Tensor | tuple[Tensor, ...]:
     """op(*args) in PYNATIVE mode through the fast path: a Tensor, or a tuple of Tensors.
 
     op: an ms_aten.AtenOp; args: its call-time tensors, a Tensor[] argument as a tuple (as for
-    op(*args)). Gradients flow through ms.grad / value_and_grad. Kernel errors surface as a
-    RuntimeError naming the op, at the next sync point (PYNATIVE launches asynchronously).
+    op(*args)), Python numbers where torch takes them, trailing optional tensors left out.
+    Gradients flow through ms.grad / value_and_grad. Kernel errors surface as a RuntimeError
+    naming the op, at the next sync point (PYNATIVE launches asynchronously).
     """
     state = _state(op)
+    pattern: Pattern | None = None
     flat: Sequence[Any] = args
-    if state.has_list:
-        expanded: list[Any] = []
-        for arg in args:
-            if isinstance(arg, (tuple, list)):
-                expanded.extend(arg)
-            else:
-                expanded.append(arg)
-        flat = expanded
+    key: tuple
     try:
+        if not (state.plain and len(args) == state.n_slots):
+            raise AttributeError  # lists, numbers or omitted optionals: compute the pattern
         # Hashing a MindSpore dtype costs ~1 us, its id almost nothing (see dtypes_seen).
         key = tuple([(x.shape, id(x.dtype)) for x in flat])
     except AttributeError:
-        kinds = ", ".join(type(x).__name__ for x in flat)
-        raise TypeError(f"ms_aten op '{op.binding.name}' takes MindSpore Tensors (a tuple of them "
-                        f"for a Tensor[]), got {kinds}") from None
+        pattern = patterns.from_call(op.binding, args)
+        flat = flatten(args)
+        try:
+            key = (pattern, *[(x.shape, id(x.dtype)) for x in flat])
+        except AttributeError:
+            kinds = ", ".join(type(x).__name__ for x in flat)
+            raise TypeError(f"ms_aten op '{op.binding.name}' takes MindSpore Tensors (a tuple of "
+                            f"them for a Tensor[]) or Python numbers, got {kinds}") from None
     outputs = state.outputs.get(key)
     if outputs is None:
-        outputs = state.outputs_for(flat, key)
-    return state.module.run(state.forward, state.vjp, flat, outputs)
+        outputs = state.outputs_for(flat, key, pattern)
+    forward, vjp = state.kernels_for(pattern)
+    if outputs is VALUE_DEPENDENT:
+        return value_dependent.run(state.module, op, vjp, flat, pattern)
+    return state.module.run(forward, vjp, flat, outputs)
 
 
 def main() -> int:
-    """python -m ms_aten.fast_path: build the module (install time)."""
+    """python -m ms_aten.fast_path: rebuild the module in a source checkout."""
     start = time.perf_counter()
     try:
         path = build()

@@ -41,11 +41,19 @@ class ProgramVjp(ops.Custom):
             return {"shape": shapes[0], "dtype": types[0], "value": None}
         return {"shape": tuple(shapes[:n_in]), "dtype": tuple(types[:n_in]), "value": None}
 
-    def get_bprop(self):
-        """Asked for by MindSpore only for a gradient of a gradient."""
-        raise RuntimeError(f"ms_aten: {self.program.name} (backward): gradients of order 2 "
-                           f"through a whole program are not supported; build the function "
-                           f"from ms_aten.op calls, which differentiate to any order")
+    def get_bprop(self) -> Callable:
+        """A bprop that fails when a gradient of a gradient runs through it. MindSpore may ask
+        for it while compiling a first-order gradient, which must go on working, so only
+        running it raises."""
+        message = (f"ms_aten: {self.program.name} (backward): gradients of order 2 through a "
+                   f"whole program are not supported; build the function from ms_aten.op "
+                   f"calls, which differentiate to any order")
+
+        def refuse(inputs: tuple, out, dout):
+            raise RuntimeError(message)
+
+        n_vjp_inputs = self.program.n_inputs + self.program.n_outputs + self.program.random
+        return with_arity(n_vjp_inputs, refuse)
 
     def _unused(self, *args):
         raise AssertionError("unreachable: ProgramVjp.__infer__ infers shapes")

@@ -17,10 +17,13 @@ from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 from mindspore import ops
+from mindspore.common import dtype as mstype
 
 from . import _lib
+from . import pattern as patterns
 from .binding import Binding
-from .infer import CppInferred, graph_mode
+from .infer import CppInferred, flatten_infer_args, graph_mode
+from .pattern import Pattern
 
 
 def _as_tuple(value) -> tuple:
@@ -49,45 +52,74 @@ def _expands_dout(binding: Binding) -> bool:
     return len(binding.schema.returns) > 1 and not binding.returns_list
 
 
-def _arity(binding: Binding, order: int) -> int:
-    """How many arguments the order-`order` function takes (0: the forward op)."""
-    before, current = (len(binding.schema.returns) if _expands_dout(binding) else 1,
-                       len(binding.slots))
+def _arity(binding: Binding, order: int, pattern: Pattern | None = None) -> int:
+    """How many arguments the order-`order` function takes (0: the forward op, called with
+    the call pattern's arguments: pattern.py)."""
+    n_args = len(binding.slots) if pattern is None else sum(
+        fill != patterns.OMITTED for fill in pattern)
+    before, current = (len(binding.schema.returns) if _expands_dout(binding) else 1, n_args)
     for _ in range(order):
         before, current = current, current + before
     return current
 
 
-def _output_count(binding: Binding, order: int) -> int | None:
+def _output_count(binding: Binding, order: int, pattern: Pattern | None = None) -> int | None:
     """How many gradients the order-`order` VJP returns: m(order-1) of csrc/grad.h, or None
-    where it varies with the call (a Tensor[] argument, or a Tensor[] return past order 1)."""
+    where it varies with the call (a Tensor[] argument of the base call pattern, or a Tensor[]
+    return past order 1). A call pattern (pattern.py) fixes the forward's input count."""
     (a_prev, b_prev), (a, b) = (0, 1), (1, 0)  # m(-1) = outputs, m(0) = inputs of the forward
     for _ in range(order):
         (a_prev, b_prev), (a, b) = (a, b), (a + a_prev, b + b_prev)
-    if binding.list_position is not None or (binding.returns_list and b_prev):
+    if pattern is None and binding.list_position is not None:
         return None
-    return a_prev * len(binding.slots) + b_prev * len(binding.schema.returns)
+    if binding.returns_list and b_prev:
+        return None
+    n_in = (len(binding.slots) if pattern is None
+            else sum(patterns.items_of(fill) for fill in pattern))
+    return a_prev * n_in + b_prev * len(binding.schema.returns)
 
 
 class AtenVjp(CppInferred):
     """The order-`order` VJP of a bridged op. Inputs: the order-(order-1) function's inputs
     (order 1: the forward's call-time tensors), then one gradient per its output. Outputs: one
     gradient per order-(order-1) input, shaped and typed like it (so says the library's C++
-    shape inference, csrc/infer.cpp, for unknown sizes too)."""
+    shape inference, csrc/infer.cpp, for unknown sizes too). `pattern`: the forward's call
+    pattern (pattern.py); for one other than the base, the shapes come from __infer__ here,
+    as the forward's do (op.py), and a Python number's gradient is a 0-dim tensor."""
 
     bprop: Bprop | None  # set by ops.Custom.__init__; get_bprop builds it
 
-    def __init__(self, binding: Binding, order: int = 1, device_target: str | None = None):
+    def __init__(self, binding: Binding, order: int = 1, device_target: str | None = None,
+                 pattern: Pattern | None = None):
         self.order = order
+        self.pattern = pattern
         target = device_target or _lib.current_target()  # retarget() changes it
         name = f"{binding.name} (backward{'' if order == 1 else f' of order {order}'})"
-        super().__init__(binding, binding.spec("vjp" if order == 1 else f"vjp{order}"), name,
-                         _output_count(binding, order) != 1, target)
+        kind = "vjp" if order == 1 else f"vjp{order}"
+        super().__init__(binding, binding.spec(kind, pattern=pattern), name,
+                         _output_count(binding, order, pattern) != 1, target)
+        if pattern is not None:
+            self.del_prim_attr("cpp_infer_shape")
         if target != _lib.current_target():
             ops.Custom.set_device(self, target)
 
     def check_count(self, shapes) -> None:
         """Any count: the kernel checks it against the op (csrc/spec.h)."""
+
+    def tell(self, shapes, types) -> None:
+        if self.pattern is None:  # else MindSpore never asks the library's hook
+            super().tell(shapes, types)
+
+    def __infer__(self, *args: dict) -> dict:
+        if self.pattern is None:
+            return super().__infer__(*args)
+        shapes, types = flatten_infer_args(args)
+        types = [t if isinstance(t, mstype.TensorType) else mstype.TensorType(t) for t in types]
+        n_out = _output_count(self.binding, self.order, self.pattern)
+        assert n_out is not None  # a pattern fixes the counts
+        if not self.multi_output:
+            return {"shape": shapes[0], "dtype": types[0], "value": None}
+        return {"shape": tuple(shapes[:n_out]), "dtype": tuple(types[:n_out]), "value": None}
 
     def get_bprop(self) -> Callable:
         """This VJP's own bprop, the next order's VJP: built the first time MindSpore asks."""
@@ -138,21 +170,21 @@ class Bprop(Protocol):
     def __call__(self, *args: Any) -> Any: ...
 
 
-def make_bprop(binding: Binding) -> Bprop:
+def make_bprop(binding: Binding, pattern: Pattern | None = None) -> Bprop:
     """The forward op's bprop, which MindSpore calls as bprop(*inputs, out, dout), in both
     modes.
 
     It, and _vjp_bprop's, must stay within what MindSpore's GRAPH mode can compile: tuple
     slicing, star-args, loops over tuples.
     """
-    vjp = AtenVjp(binding)
+    vjp = AtenVjp(binding, pattern=pattern)
     expand_dout = _expands_dout(binding)
 
     def gradients(inputs: tuple, out, dout):
         cotangents = dout if expand_dout else (dout,)
         return _regroup(_as_tuple(vjp(*inputs, *cotangents)), inputs)
 
-    bprop = cast(Bprop, with_arity(_arity(binding, 0), gradients))
+    bprop = cast(Bprop, with_arity(_arity(binding, 0, pattern), gradients))
     bprop.vjp = vjp  # AtenOp.set_device moves the backward kernel along with the forward
     return bprop
 
@@ -160,13 +192,13 @@ def make_bprop(binding: Binding) -> Bprop:
 def _vjp_bprop(vjp: AtenVjp) -> Bprop:
     """The bprop of an order-k VJP: the order-(k+1) VJP, called with the order-k one's arguments
     and the cotangents of its outputs, grouped as the order-(k-1) function's arguments."""
-    next_vjp = AtenVjp(vjp.binding, vjp.order + 1, vjp.device_target)
-    n_like = _arity(vjp.binding, vjp.order - 1)
+    next_vjp = AtenVjp(vjp.binding, vjp.order + 1, vjp.device_target, vjp.pattern)
+    n_like = _arity(vjp.binding, vjp.order - 1, vjp.pattern)
 
     def gradients(inputs: tuple, out, dout):
         cotangents = _regroup(_as_tuple(dout), inputs[:n_like])
         return _regroup(_as_tuple(next_vjp(*inputs, *cotangents)), inputs)
 
-    bprop = cast(Bprop, with_arity(_arity(vjp.binding, vjp.order), gradients))
+    bprop = cast(Bprop, with_arity(_arity(vjp.binding, vjp.order, vjp.pattern), gradients))
     bprop.vjp = next_vjp
     return bprop

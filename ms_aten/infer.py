@@ -26,6 +26,7 @@ from mindspore.common import dtype as mstype
 from mindspore.ops.primitive import prim_type
 
 from . import _lib, dtypes
+from . import pattern as patterns
 from .binding import SPEC_ATTR, Binding
 
 Shape = list[int]
@@ -59,32 +60,25 @@ class ShapeInferenceError(RuntimeError):
     """The op cannot be shape-inferred ahead of its launch (for example nonzero)."""
 
 
-def group_inputs(binding: Binding, flat: Sequence[Any]) -> list[Any]:
-    """Flat call-time items -> one item per tensor slot (a list for the tensor-list slot)."""
-    n_fixed = len(binding.slots) - (binding.list_position is not None)
-    position = binding.list_position
-    if position is None:
-        if len(flat) != n_fixed:
-            raise TypeError(f"ms_aten op '{binding.name}' takes {n_fixed} tensors "
-                            f"({', '.join(s.name for s in binding.slots)}), got {len(flat)}")
-        return list(flat)
-    if len(flat) < n_fixed:
-        raise TypeError(f"ms_aten op '{binding.name}' takes {n_fixed} tensors and a tensor list "
-                        f"({', '.join(s.name for s in binding.slots)}), got {len(flat)} tensors")
-    n_after = n_fixed - position
-    end = len(flat) - n_after
-    return [*flat[:position], list(flat[position:end]), *flat[end:]]
+class ValueDependentError(ShapeInferenceError):
+    """The op's output shape depends on its input values (nonzero, unique, masked_select);
+    ms_aten runs it in PYNATIVE mode only (ms_aten/value_dependent.py)."""
 
 
 def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
     """Shapes and dtypes of MindSpore's infer arguments, tuple inputs expanded as the kernel
-    receives them. A tuple input carries a tuple of dtypes; a tensor, one dtype."""
+    receives them (None arguments and None holes of a Tensor?[] dropped). A tuple input carries
+    a tuple of dtypes; a tensor, one dtype; a Python number, its number type; None, None."""
     shapes: list[Shape] = []
     types: list[Any] = []
     for arg in args:
+        if arg["dtype"] is None:  # a None argument: the kernel gets no tensor for it
+            continue
         if isinstance(arg["dtype"], (tuple, list)):
-            shapes.extend(arg["shape"])
-            types.extend(arg["dtype"])
+            for shape, dtype in zip(arg["shape"], arg["dtype"], strict=True):
+                if isinstance(dtype, mstype.TensorType):
+                    shapes.append(shape)
+                    types.append(dtype)
         else:
             shapes.append(arg["shape"])
             types.append(arg["dtype"])
@@ -122,23 +116,6 @@ def infer_outputs(spec: str, shapes: Sequence[Sequence[int]], ms_dtypes: Sequenc
 _BY_NAME = {dtypes.spec_name(t).encode(): t for t in dtypes.TORCH_TO_MS}
 
 
-class MetaInfer:
-    """Output (shapes, dtypes) for input (shapes, dtypes), cached: PyNative infers every call."""
-
-    def __init__(self, binding: Binding):
-        self.binding = binding
-        self.spec = binding.spec("call")
-        self.cache: dict[tuple, tuple[list[Shape], list[Any]]] = {}
-
-    def __call__(self, shapes: Sequence[Shape], ms_dtypes: Sequence[Any]):
-        key = (tuple(map(tuple, shapes)), tuple(ms_dtypes))  # MindSpore dtypes hash by value
-        hit = self.cache.get(key)
-        if hit is None:
-            group_inputs(self.binding, shapes)  # TypeError for a wrong tensor count
-            hit = self.cache[key] = infer_outputs(self.spec, shapes, ms_dtypes)
-        return hit
-
-
 class CppInferred(ops.Custom):
     """An ops.Custom over libms_aten.so whose outputs MindSpore infers through the library's
     C++ hooks (out_shape and out_dtype None), in GRAPH mode with unknown sizes too."""
@@ -164,10 +141,14 @@ class CppInferred(ops.Custom):
         self.set_prim_type(prim_type.py_infer_check)
 
     def __check__(self, *args: dict) -> None:
+        self.tell(*self.call_inputs(args))
+
+    def call_inputs(self, args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
+        """The flat input shapes and dtypes of a call MindSpore compiles; checks them."""
         shapes, types = flatten_infer_args(args)
         if len(shapes) != len(args):  # a tuple input
             self._check_list_dtypes(args)
-        self.tell(shapes, types)
+        return shapes, types
 
     def __infer__(self, *args: dict) -> dict:
         shapes, types = flatten_infer_args(args)
@@ -200,14 +181,16 @@ class CppInferred(ops.Custom):
         infer_outputs(self.attrs[SPEC_ATTR], shapes, types, self.attrs[SITE_ATTR])
 
     def check_count(self, shapes: Sequence[Sequence[int]]) -> None:
-        """TypeError unless `shapes` fits the op's tensor arguments."""
-        group_inputs(self.binding, shapes)
+        """TypeError unless `shapes` fits the op's tensor arguments (all of them tensors)."""
+        patterns.group(self.binding, None, shapes)
 
     def _check_list_dtypes(self, args) -> None:
         # In GRAPH mode MindSpore labels every tensor of a tuple input with the first one's
         # dtype when it hands them to the kernel; mixed dtypes would be misread.
         for arg in args:
-            if isinstance(arg["dtype"], (tuple, list)) and len({str(d) for d in arg["dtype"]}) > 1:
+            if not isinstance(arg["dtype"], (tuple, list)):
+                continue
+            if len({str(d) for d in arg["dtype"] if isinstance(d, mstype.TensorType)}) > 1:
                 raise TypeError(f"ms_aten op '{self.binding.name}': in GRAPH mode the tensors of "
                                 f"a list must share one dtype, got {list(map(str, arg['dtype']))}")
 

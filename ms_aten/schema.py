@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 from functools import cache, lru_cache
+from typing import Any
 
 import torch
 
@@ -11,13 +12,28 @@ from .constants import ConstantError, check_constant, is_tensor_arg
 Schema = torch._C.FunctionSchema
 
 
+def op_name(op: Any) -> str:
+    """The name ms_aten.op reads from a string, or from torch's own op objects:
+    torch.ops.aten.max.default -> 'aten::max.default', torch.ops.aten.max -> 'aten::max'."""
+    if isinstance(op, torch._ops.OpOverload):
+        return f"{op._schema.name}.{op._overloadname}"
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return op._qualified_op_name
+    if isinstance(op, str) and op:
+        return op
+    raise ValueError(f"an op name must be a non-empty string, a torch OpOverload "
+                     f"(torch.ops.aten.max.default) or OpOverloadPacket (torch.ops.aten.max), "
+                     f"got {op!r}")
+
+
 def split_name(name: str) -> tuple[str, str | None]:
-    """'leaky_relu' -> ('aten::leaky_relu', None); 'aten::max.dim' -> ('aten::max', 'dim')."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"an op name must be a non-empty string, got {name!r}")
+    """'leaky_relu' -> ('aten::leaky_relu', None); 'aten::max.dim' -> ('aten::max', 'dim');
+    'max.default' -> ('aten::max', ''): torch's name for the overload without a name."""
     qualified = name if "::" in name else f"aten::{name}"
     namespace, _, rest = qualified.partition("::")
     base, dot, overload = rest.partition(".")
+    if dot and overload == "default":
+        overload = ""
     return f"{namespace}::{base}", (overload if dot else None)
 
 
@@ -59,8 +75,14 @@ def _suggest(qualified: str) -> str:
 
 
 def _returns_tensors(schema: Schema) -> bool:
-    return len(schema.returns) > 0 and all(
-        str(r.type) in ("Tensor", "List[Tensor]") for r in schema.returns)
+    """Only tensors, or nothing at all (aten::_assert_async: MindSpore gets a placeholder)."""
+    return all(str(r.type) in ("Tensor", "List[Tensor]") for r in schema.returns)
+
+
+def _wrapped(schema: Schema, constants: dict) -> int:
+    """How many constants are numbers given for Tensor arguments (wrapped as torch wraps them)."""
+    return sum(1 for a in schema.arguments if a.name in constants and is_tensor_arg(a)
+               and constants[a.name] is not None)
 
 
 def _fit(schema: Schema, constants: dict) -> str | None:
@@ -91,7 +113,11 @@ def resolve(name: str, constants: dict) -> Schema:
             raise ValueError(f"op '{qualified}' has no overload '{overload}'; it has:\n  {listed}")
         candidates = matching
     else:
-        candidates = [s for s in all_schemas if not _mutates(s) and _returns_tensors(s)]
+        candidates = [s for s in all_schemas if _uncallable(s) is None]
+    if not candidates:
+        listed = "\n  ".join(f"{s}   <- {_uncallable(s)}" for s in all_schemas)
+        raise TypeError(f"ms_aten.op('{name}'): no overload of {qualified} can become a MindSpore "
+                        f"op:\n  {listed}")
     if len(candidates) == 1:
         schema = candidates[0]
         _check_callable(schema)
@@ -100,6 +126,11 @@ def resolve(name: str, constants: dict) -> Schema:
             raise TypeError(f"ms_aten.op('{name}'): {why}\n  schema: {schema}")
         return schema
     fits = [s for s in candidates if _fit(s, constants) is None]
+    if len(fits) > 1:
+        # A number goes to a Scalar argument rather than into a Tensor one: add(other=2.0) is
+        # add.Scalar, though add.Tensor would take it as a wrapped number.
+        fewest = min(_wrapped(s, constants) for s in fits)
+        fits = [s for s in fits if _wrapped(s, constants) == fewest]
     if len(fits) > 1:
         # Prefer the overload that leaves the fewest arguments to their defaults:
         # add(other=2.0) picks add.Scalar, max(dim=1) picks max.dim.
@@ -124,14 +155,21 @@ def _tensor_count(schema: Schema, constants: dict) -> int:
     return sum(1 for a in schema.arguments if is_tensor_arg(a) and a.name not in constants)
 
 
-def _check_callable(schema: Schema) -> None:
+def _uncallable(schema: Schema) -> str | None:
+    """Why no MindSpore op can run `schema`, or None."""
     if _mutates(schema):
-        raise TypeError(f"ms_aten.op('{full_name(schema)}'): in-place and out= overloads write "
-                        f"their inputs, which MindSpore owns; use the functional overload")
+        return ("in-place and out= overloads write their inputs, which MindSpore owns; use the "
+                "functional overload")
     if not _returns_tensors(schema):
-        raise TypeError(f"ms_aten.op('{full_name(schema)}'): it returns "
-                        f"{', '.join(str(r.type) for r in schema.returns) or 'nothing'}; "
-                        f"only ops returning tensors can become MindSpore ops\n  schema: {schema}")
+        return (f"it returns {', '.join(str(r.type) for r in schema.returns)}; only ops "
+                f"returning tensors (or nothing) can become MindSpore ops")
+    return None
+
+
+def _check_callable(schema: Schema) -> None:
+    why = _uncallable(schema)
+    if why is not None:
+        raise TypeError(f"ms_aten.op('{full_name(schema)}'): {why}\n  schema: {schema}")
 
 
 def _signature(args) -> list[tuple[str, str]]:

@@ -5,10 +5,11 @@
     .venv/bin/python scripts/opinfo_report.py --update cat    # re-sweep some into the json
     .venv/bin/python scripts/opinfo_report.py --render        # markdown from the saved json
 
-The measurement itself (scope criterion, comparison, gradient check) is tests/opinfo_oracle.py;
+The measurement itself (scope criterion, comparison, gradient check) is ms_aten/testing/opinfo.py;
 this script runs it in a worker process over every OpInfo, saves every sample's outcome as json
 after each OpInfo, and summarizes them as markdown. ms_aten is worked on while sweeps run, so a
-sweep first copies the ms_aten package and the oracle to a temporary directory and runs those.
+sweep first copies the ms_aten package (the oracle included) to a temporary directory and runs
+that copy.
 """
 from __future__ import annotations
 
@@ -31,16 +32,15 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
-oracle: ModuleType  # tests/opinfo_oracle.py, imported by main() once ms_aten is in place
+oracle: ModuleType  # ms_aten.testing.opinfo, imported by main() once ms_aten is in place
 
 
 def snapshot(target: Path) -> str:
-    """Copies the ms_aten package and the oracle module into `target`, first on sys.path
+    """Copies the ms_aten package, the oracle included, into `target`, first on sys.path
     (which the sweep's worker processes inherit); returns a short hash of the copied files.
-    Both are edited while sweeps run; a sweep measures one version of each."""
+    It is edited while sweeps run; a sweep measures one version."""
     shutil.copytree(ROOT / "ms_aten", target / "ms_aten",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(ROOT / "tests" / "opinfo_oracle.py", target)
     sys.path.insert(0, str(target))
     digest = hashlib.sha1()
     for path in sorted(p for p in target.rglob("*") if p.is_file()):
@@ -185,7 +185,7 @@ def _header(data: dict) -> list[str]:
         "ATen OpOverloads it reaches. **In scope**: exactly one OpOverload call in total, which "
         "writes none of its inputs, returns only `Tensor`/`Tensor[]`, takes no sparse tensor "
         "and runs on compact copies of its inputs (the exact criterion is the docstring of "
-        "`tests/opinfo_oracle.py`).",
+        "`ms_aten/testing/opinfo.py`).",
         "- The recorded call is split by its schema (Tensor-typed arguments are call-time "
         "inputs, the rest `ms_aten.op` constants), run through `ms_aten.op('ns::name.overload', "
         "...)` in PYNATIVE mode and in GRAPH mode (inside an `nn.Cell`) on MindSpore copies of "
@@ -282,11 +282,10 @@ def main() -> None:
                         help="output path without suffix (.json and .md are written)")
     args = parser.parse_args()
     json_path, md_path = args.out.with_suffix(".json"), args.out.with_suffix(".md")
-    sys.path.insert(0, str(ROOT / "tests"))
     os.environ.setdefault("GLOG_v", "3")  # MindSpore logs errors only, here and in workers
     with tempfile.TemporaryDirectory(prefix="opinfo_snapshot_") as copy:
         version = "" if args.render else snapshot(Path(copy))
-        oracle = importlib.import_module("opinfo_oracle")  # imports ms_aten: after the copy
+        oracle = importlib.import_module("ms_aten.testing.opinfo")  # after the copy
         if args.render or args.update:
             data = json.loads(json_path.read_text())
         if args.update:

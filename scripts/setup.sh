@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv/ in the repo root (if missing), installs the pinned packages, and builds and
-# installs ms_aten (the bridge library included). A second run that finds everything in
-# place only compares two stamps and returns in seconds.
+# installs ms_aten (editable) with pip: the bridge library and the PYNATIVE fast-path module.
+# A second run that finds everything in place only compares two stamps and returns in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -10,9 +10,14 @@ PY="$VENV/bin/python"
 
 # The pins: torch==2.13.0 is the CPU wheel on disk (any other version pulls a CUDA build);
 # numpy<2 because MindSpore 2.10's PyNative arithmetic fails with numpy 2.
-# ruff, mypy: scripts/lint.sh (pinned so that a new release cannot fail CI on old code).
+# ruff, mypy, clang-format: scripts/lint.sh (pinned: a new release must not fail CI on old code).
 REQUIREMENTS=(mindspore==2.10.0 torch==2.13.0 "numpy<2" pytest expecttest ninja matplotlib
-  ruff==0.17.6 mypy==2.4.1)
+  ruff==0.17.6 mypy==2.4.1 clang-format==23.1.5)
+# Test-only: Hugging Face models for the model tests. transformers goes in without its
+# dependencies so that it cannot move torch or numpy; these are the ones it needs to import.
+TRANSFORMERS=transformers==5.23.0
+TRANSFORMERS_DEPS=("tokenizers>=0.23.1,<0.24" "huggingface_hub>=1.31,<3" "safetensors>=0.8"
+  "regex>=2025.10.22" "pyyaml>=5.1" "tqdm>=4.60" "packaging>=20")
 
 if [ ! -x "$PY" ]; then
   echo "[setup] creating $VENV"
@@ -20,42 +25,42 @@ if [ ! -x "$PY" ]; then
 fi
 
 deps_stamp="$VENV/.ms_aten_deps"
-deps_want=$(printf '%s\n' "${REQUIREMENTS[@]}" | sha1sum | cut -d' ' -f1)
+deps_want=$(printf '%s\n' "${REQUIREMENTS[@]}" "$TRANSFORMERS" "${TRANSFORMERS_DEPS[@]}" \
+  | sha1sum | cut -d' ' -f1)
 if [ "$(cat "$deps_stamp" 2>/dev/null)" != "$deps_want" ]; then
-  echo "[setup] installing ${REQUIREMENTS[*]}"
+  echo "[setup] installing ${REQUIREMENTS[*]} $TRANSFORMERS"
   start=$(date +%s)
   "$PY" -m pip install --quiet --upgrade pip
   "$PY" -m pip install --quiet "${REQUIREMENTS[@]}"
+  "$PY" -m pip install --quiet "${TRANSFORMERS_DEPS[@]}"
+  "$PY" -m pip install --quiet --no-deps "$TRANSFORMERS"
   echo "$deps_want" > "$deps_stamp"
   echo "[setup] packages installed in $(( $(date +%s) - start )) s"
 fi
 
-# Rebuild when any C++ source, the build script or the torch version changed.
+# Rebuild when any C++ source, the build scripts or the torch version changed. pip keeps the
+# objects in build/ (see setup.py), so ninja recompiles only what changed.
 build_stamp="$VENV/.ms_aten_build"
-build_want=$( (cat setup.py csrc/*.h csrc/*.cpp csrc/*/*.cpp ms_aten/fast_path.py; \
-  "$PY" -c "import torch; print(torch.__version__)") \
+build_want=$( (cat setup.py pyproject.toml csrc/*.h csrc/*.cpp csrc/*/*.cpp \
+  ms_aten/fast_path_builder.py; "$PY" -c "import torch; print(torch.__version__)") \
   | sha1sum | cut -d' ' -f1)
-if [ "$(cat "$build_stamp" 2>/dev/null)" != "$build_want" ] || [ ! -f ms_aten/libms_aten.so ]; then
-  echo "[setup] building ms_aten (libms_aten.so)"
+if [ "$(cat "$build_stamp" 2>/dev/null)" != "$build_want" ] || [ ! -f ms_aten/libms_aten.so ] \
+    || [ ! -f ms_aten/ms_aten_fast_path.so ]; then
+  echo "[setup] building ms_aten (libms_aten.so and the fast-path module)"
   start=$(date +%s)
-  if "$PY" -m pip show --quiet ms_aten >/dev/null 2>&1 && [ -d build ]; then
-    # Installed (editable) already: rebuild in place; ninja recompiles only what changed.
-    MAX_JOBS=${MAX_JOBS:-2} "$PY" setup.py --quiet build_ext --inplace
-  else
-    # No build isolation: the library's rpath must point at the torch in this venv.
-    MAX_JOBS=${MAX_JOBS:-2} "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
-  fi
-  # The PYNATIVE fast path: a MindSpore CustomOpBuilder module over libms_aten.so. A build
-  # killed half-way leaves a lock that would make the next one wait forever.
-  rm -f ms_aten/_fast_path_build/build.lock
-  "$PY" -c "import sys; from ms_aten import fast_path; sys.exit(fast_path.main())"
+  # No build isolation: both libraries link against the torch and MindSpore in this venv.
+  MAX_JOBS=${MAX_JOBS:-2} "$PY" -m pip install --quiet --no-build-isolation --no-deps -e .
   echo "$build_want" > "$build_stamp"
   echo "[setup] ms_aten built in $(( $(date +%s) - start )) s"
 fi
 
 "$PY" - <<'PY'
-import mindspore, numpy, torch
+import mindspore, numpy, torch, transformers
 import ms_aten
+from ms_aten import fast_path
+if not fast_path.available():
+    raise SystemExit(f"[setup] the fast-path module {fast_path.MODULE_PATH} does not load")
 print(f"[setup] python ok: mindspore {mindspore.__version__}, torch {torch.__version__}, "
-      f"numpy {numpy.__version__}, ms_aten {ms_aten.__version__}")
+      f"numpy {numpy.__version__}, transformers {transformers.__version__}, "
+      f"ms_aten {ms_aten.__version__} with the PYNATIVE fast path")
 PY

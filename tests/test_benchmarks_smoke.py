@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ROOT / "benchmarks" / "run.py"
 TIME_LIMIT_S = 300  # the quick run takes well under a minute; this only stops a hang
 
 
+@pytest.mark.slow
 def test_quick_benchmark_writes_table_json_and_plot(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(RUN), "--quick", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=TIME_LIMIT_S)

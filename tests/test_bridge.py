@@ -7,14 +7,7 @@ import torch.nn.functional as F
 
 import ms_aten
 
-from common import assert_same, run, to_ms
-
-g = torch.Generator().manual_seed(0)
-
-
-def randn(*shape: int) -> torch.Tensor:
-    return torch.randn(shape, generator=g)
-
+from common import assert_same, randn, run, to_ms
 
 X, Y, B = randn(3, 4), randn(4), randn(2, 3, 4)
 IDX = torch.tensor([[0, 2], [1, 3], [2, 0]])

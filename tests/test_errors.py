@@ -72,10 +72,18 @@ def test_kernel_error_reaches_python_and_the_next_op_runs(mode):
     assert_still_works(mode)
 
 
-def test_value_dependent_shape_is_refused_by_name(mode):
-    with pytest.raises(ShapeInferenceError, match=r"'aten::nonzero'.*depends on input values"):
-        run(ms_aten.op("nonzero"), to_ms((X,)), mode)
-    assert_still_works(mode)
+@pytest.mark.parametrize("name, inputs, alternative", [
+    ("nonzero", (X,), r"aten::nonzero_static \(size="),
+    ("masked_select", (X, X > 0), r"aten::where\.self"),
+    ("index.Tensor", (X, (X[:, 0] > 0,)), r"integer indices, e\.g\. from aten::nonzero_static"),
+    ("_unique2", (X,), r"PYNATIVE mode"),
+])
+def test_value_dependent_shape_is_refused_in_graph_mode_at_compile_time(name, inputs, alternative):
+    # PYNATIVE runs them (tests/test_value_dependent.py); GRAPH mode must know shapes ahead.
+    with pytest.raises(ShapeInferenceError, match=rf"'aten::{name.split('.')[0]}.*depends on "
+                                                  rf"input values(.|\n)*{alternative}"):
+        run(ms_aten.op(name), to_ms(inputs), "graph")
+    assert_still_works("graph")
 
 
 def test_unsupported_dtype_for_the_kernel(mode):

@@ -35,12 +35,14 @@ def seed_kernel(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow  # compiles a kernel
 def test_user_kernel_built_with_ms_aten_build(mode, seed_kernel):
     op = ops.Custom(f"{seed_kernel}:LeakyRelu", out_shape=lambda x: x, out_dtype=lambda x: x,
                     func_type="aot")
     assert_same(run(op, (to_ms(SEED_INPUT),), mode), SEED_OUTPUT)
 
 
+@pytest.mark.slow  # compiles a kernel
 def test_user_kernel_loads_without_ld_library_path(seed_kernel):
     # A fresh process with no LD_LIBRARY_PATH: the rpaths and `import ms_aten` are enough.
     script = textwrap.dedent(f"""
@@ -57,6 +59,7 @@ def test_user_kernel_loads_without_ld_library_path(seed_kernel):
     assert result.stdout.strip().splitlines()[-1] == "[-0.009999999776482582, 2.0]"
 
 
+@pytest.mark.slow  # compiles a kernel
 def test_build_reports_compiler_errors(tmp_path):
     broken = tmp_path / "broken.cpp"
     broken.write_text('#include "ms_ext.h"\nextern "C" int F() { return undefined_name; }\n')
@@ -65,6 +68,7 @@ def test_build_reports_compiler_errors(tmp_path):
     assert not (tmp_path / "broken.so").exists()
 
 
+@pytest.mark.slow  # compiles a kernel
 def test_build_never_reuses_a_stale_library(tmp_path):
     source = tmp_path / "answer.cpp"
     output = tmp_path / "answer.so"

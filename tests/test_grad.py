@@ -11,14 +11,7 @@ from mindspore import nn
 import ms_aten
 from ms_aten import fast_path
 
-from common import set_mode, to_ms, to_torch
-
-g = torch.Generator().manual_seed(1)
-
-
-def randn(*shape: int, dtype=torch.float32) -> torch.Tensor:
-    return torch.randn(shape, generator=g, dtype=dtype)
-
+from common import as_tuple, cotangents, flat, randn, set_mode, to_ms, to_torch, torch_grads
 
 X, W = randn(3, 4), randn(4)
 IDX = torch.tensor([[0, 2], [1, 3], [2, 0]])
@@ -40,27 +33,6 @@ CASES = [
     ("max.dim", {"dim": 1}, (X,), lambda x: tuple(x.max(1))),
     ("topk", {"k": 2}, (X,), lambda x: tuple(x.topk(2))),
 ]
-
-
-def flat(values) -> list:
-    return [v for item in values for v in (flat(item) if isinstance(item, tuple) else [item])]
-
-
-def cotangents(outputs) -> list[torch.Tensor]:
-    """A fixed random weight per floating output, so every output element matters."""
-    return [randn(*o.shape) if o.dtype.is_floating_point else None for o in outputs]
-
-
-def torch_grads(reference, inputs, weights) -> list[torch.Tensor]:
-    leaves = [x.clone().requires_grad_(x.dtype.is_floating_point) for x in flat(inputs)]
-    it = iter(leaves)
-    rebuilt = [tuple(next(it) for _ in x) if isinstance(x, tuple) else next(it) for x in inputs]
-    outputs = reference(*rebuilt)
-    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-    loss = sum((o * w).sum() for o, w in zip(outputs, weights, strict=True) if w is not None)
-    wrt = [x for x in leaves if x.requires_grad]
-    grads = iter(torch.autograd.grad(loss, wrt))
-    return [next(grads) if x.requires_grad else torch.zeros_like(x) for x in leaves]
 
 
 class WeightedLoss(nn.Cell):
@@ -105,10 +77,7 @@ def ms_grads(op, inputs, weights, mode: str) -> list:
 
 @pytest.mark.parametrize("name, constants, inputs, reference", CASES, ids=[c[0] for c in CASES])
 def test_gradient_matches_torch_autograd(mode, name, constants, inputs, reference):
-    expected_outputs = reference(*inputs)
-    if not isinstance(expected_outputs, tuple):
-        expected_outputs = (expected_outputs,)
-    weights = cotangents(expected_outputs)
+    weights = cotangents(as_tuple(reference(*inputs)))
     expected = torch_grads(reference, inputs, weights)
     got = ms_grads(ms_aten.op(name, **constants), inputs, weights, mode)
     assert len(got) == len(expected)

@@ -1,4 +1,4 @@
-"""A fast subset of the OpInfo oracle (tests/opinfo_oracle.py) for CI.
+"""A fast subset of the OpInfo oracle (ms_aten/testing/opinfo.py) for CI.
 
 Each test runs one float32 OpInfo sample, named by its OpInfo key and its position among that
 OpInfo's in-scope samples, through ms_aten in PYNATIVE and GRAPH mode and compares it with
@@ -7,8 +7,9 @@ scripts/opinfo_report.py.
 """
 from __future__ import annotations
 
-import opinfo_oracle as oracle
 import pytest
+
+from ms_aten.testing import opinfo as oracle
 
 # OpInfo key -> how many of its leading in-scope samples are checked.
 FORWARD = {

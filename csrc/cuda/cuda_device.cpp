@@ -36,8 +36,8 @@ void run_on_cuda(void* stream, int nparam, void** params,
   c10::cuda::CUDAGuard device_guard(device);
   // ATen's kernels, and its caching allocator's temporaries, go on the stream MindSpore
   // ordered this kernel on; nothing waits for the device here.
-  c10::cuda::CUDAStreamGuard stream_guard(c10::cuda::getStreamFromExternal(
-      static_cast<cudaStream_t>(stream), device.index()));
+  c10::cuda::CUDAStreamGuard stream_guard(
+      c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream), device.index()));
   body(device);
 }
 

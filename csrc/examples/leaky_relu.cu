@@ -13,8 +13,8 @@ extern "C" int LeakyRelu(int nparam, void** params, int* ndims, int64_t** shapes
     int device_index = 0;
     cudaGetDevice(&device_index);
     auto device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device_index));
-    auto ms_stream = c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream),
-                                                      device.index());
+    auto ms_stream =
+        c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(stream), device.index());
     c10::cuda::CUDAStreamGuard guard(ms_stream);
     auto tensors = get_torch_tensors(nparam, params, ndims, shapes, dtypes, device);
     torch::leaky_relu_out(tensors[1], tensors[0]);

@@ -11,7 +11,9 @@
 //                                       .name, .uses_out (launches go through its out= overload)
 //   Outputs(shapes, dtypes, single)     the output tensors of one call: shapes, dtype names
 //   run(forward, vjp, inputs, outputs)  -> Tensor (single) or tuple of Tensors
+//   adopt(vjp, inputs, outputs, single) -> the same, for outputs computed already
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -24,6 +26,7 @@
 #include "include/utils/pynative/grad_state.h"
 
 #include "bridge_abi.h"
+#include "dtype_table.h"
 
 namespace ms_aten_fast {
 namespace {
@@ -34,16 +37,11 @@ using mindspore::TypeId;
 using mindspore::tensor::TensorPtr;
 using TensorPtrList = std::vector<TensorPtr>;
 
-// MindSpore's TypeIds and the dtype names libms_aten.so reads (csrc/ms_ext.cpp has the same 15).
+// MindSpore's TypeIds and the dtype names libms_aten.so reads, from the one table.
 constexpr std::pair<TypeId, const char*> kDtypes[] = {
-    {TypeId::kNumberTypeFloat16, "float16"},     {TypeId::kNumberTypeBFloat16, "bfloat16"},
-    {TypeId::kNumberTypeFloat32, "float32"},     {TypeId::kNumberTypeFloat64, "float64"},
-    {TypeId::kNumberTypeBool, "bool"},           {TypeId::kNumberTypeInt8, "int8"},
-    {TypeId::kNumberTypeInt16, "int16"},         {TypeId::kNumberTypeInt32, "int32"},
-    {TypeId::kNumberTypeInt64, "int64"},         {TypeId::kNumberTypeUInt8, "uint8"},
-    {TypeId::kNumberTypeUInt16, "uint16"},       {TypeId::kNumberTypeUInt32, "uint32"},
-    {TypeId::kNumberTypeUInt64, "uint64"},       {TypeId::kNumberTypeComplex64, "complex64"},
-    {TypeId::kNumberTypeComplex128, "complex128"},
+#define MS_ATEN_DTYPE_ENTRY(name, aten, mindspore) {TypeId::mindspore, name},
+    MS_ATEN_DTYPES(MS_ATEN_DTYPE_ENTRY)
+#undef MS_ATEN_DTYPE_ENTRY
 };
 
 const char* dtype_name(TypeId type) {
@@ -254,14 +252,13 @@ struct AtenFunction {
 
 // Function<AtenFunction>::Apply with a run-time number of tensor inputs: Apply takes them as a
 // C++ parameter pack, but an ATen op's input count (a Tensor[] above all) is known only at call
-// time. The steps are Apply's own (include/pynative/backward/function.h), in its order.
-TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
-                              const std::vector<ms::Tensor>& inputs,
-                              const std::vector<mindspore::ShapeVector>& shapes,
-                              const std::vector<TypeId>& types) {
+// time. The steps are Apply's own (include/pynative/backward/function.h), in its order;
+// `produce` makes the outputs (launches the forward, or hands over ones computed already).
+TensorPtrList record_with_grad(const std::string& name, const KernelPtr& vjp,
+                               const std::vector<ms::Tensor>& inputs,
+                               const std::function<TensorPtrList()>& produce) {
   const TensorPtrList input_ptrs = tensor_ptrs(inputs);
-  auto node = std::make_shared<autograd::CppFunctionNode<AtenFunction>>(
-      "ms_aten[" + forward->name() + "]");
+  auto node = std::make_shared<autograd::CppFunctionNode<AtenFunction>>("ms_aten[" + name + "]");
   for (const TensorPtr& x : input_ptrs) {
     x->set_need_pipeline_sync(true);
     node->is_tensor_input_.push_back(true);
@@ -270,7 +267,7 @@ TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
   TensorPtrList output_ptrs;
   {
     mindspore::kernel::pyboost::RequireGradGuard no_grad(false);
-    output_ptrs = tensor_ptrs(launch(forward, inputs, shapes, types));
+    output_ptrs = produce();
     node->context_.SaveForBackward(input_ptrs);
     node->context_.saved_data[kVjpKey] = std::make_shared<KernelValue>(vjp);
   }
@@ -287,6 +284,14 @@ TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
   // Declared only as AutogradContext's friend, so found by argument-dependent lookup.
   CppFunctionDoGrad(&node->context_, input_ptrs, &output_ptrs);
   return output_ptrs;
+}
+
+TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
+                              const std::vector<ms::Tensor>& inputs,
+                              const std::vector<mindspore::ShapeVector>& shapes,
+                              const std::vector<TypeId>& types) {
+  return record_with_grad(forward->name(), vjp, inputs,
+                          [&] { return tensor_ptrs(launch(forward, inputs, shapes, types)); });
 }
 
 // ---- Python entry -------------------------------------------------------------------------
@@ -329,6 +334,21 @@ py::object run(const std::shared_ptr<Kernel>& forward, const std::shared_ptr<Ker
   return run_async(forward, inputs, outputs);
 }
 
+// An op whose outputs were computed already, from its inputs' values (ms_aten/value_dependent.py:
+// nonzero, masked_select, ...): records `vjp` as their backward when autograd records this call.
+py::object adopt(const std::shared_ptr<Kernel>& vjp, const std::vector<ms::Tensor>& inputs,
+                 const std::vector<ms::Tensor>& outputs, bool single) {
+  if (!vjp || outputs.empty() || (single && outputs.size() != 1)) {
+    throw std::invalid_argument("ms_aten: adopt() needs a VJP kernel and the op's outputs");
+  }
+  if (!mindspore::pynative::GradState::Get().RequiresGrad()) {
+    return wrap(tensor_ptrs(outputs), single);
+  }
+  for (const ms::Tensor& x : inputs) x.ConvertStubNodeToTensor();
+  return wrap(record_with_grad(vjp->name(), vjp, inputs, [&] { return tensor_ptrs(outputs); }),
+              single);
+}
+
 }  // namespace
 }  // namespace ms_aten_fast
 
@@ -351,4 +371,6 @@ PYBIND11_MODULE(MS_EXTENSION_NAME, m) {
            py::arg("shapes"), py::arg("dtypes"), py::arg("single"));
   m.def("run", &ms_aten_fast::run, py::arg("forward"), py::arg("vjp"), py::arg("inputs"),
         py::arg("outputs"), "Run `forward` on `inputs` (a list of Tensors), `vjp` as backward.");
+  m.def("adopt", &ms_aten_fast::adopt, py::arg("vjp"), py::arg("inputs"), py::arg("outputs"),
+        py::arg("single"), "Outputs computed from `inputs` already, with `vjp` as backward.");
 }

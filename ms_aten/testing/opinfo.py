@@ -60,6 +60,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import ms_aten  # noqa: I001  (imports torch first, then loads the bridge library)
 
+from . import flat, regroup, to_ms, to_torch
+
 ms.set_device("CPU")
 
 MAX_ELEMENTS = 1_000_000
@@ -328,30 +330,6 @@ def flatten(result: Any) -> list[torch.Tensor]:
     return [t for item in result for t in flatten(item)]
 
 
-def tensors_of(inputs: Sequence[Input]) -> list[torch.Tensor]:
-    return [t for item in inputs for t in (item if isinstance(item, tuple) else (item,))]
-
-
-def to_ms(tensor: torch.Tensor) -> ms.Tensor:
-    if tensor.dtype == torch.bfloat16:
-        return ms.Tensor(tensor.float().numpy()).astype(ms.bfloat16)
-    return ms.Tensor(tensor.numpy())
-
-
-def to_torch(tensor: ms.Tensor) -> torch.Tensor:
-    if tensor.dtype == ms.bfloat16:
-        return torch.from_numpy(tensor.astype(ms.float32).asnumpy()).to(torch.bfloat16)
-    array = np.array(tensor.asnumpy())
-    # MindSpore hands uint64 back as numpy.ulonglong, which torch rejects; 'uint64' by name
-    # is numpy.uint64, the same bytes.
-    return torch.from_numpy(array.view(np.dtype(array.dtype.name)))
-
-
-def inputs_to_ms(inputs: Sequence[Input]) -> list[Any]:
-    return [tuple(map(to_ms, item)) if isinstance(item, tuple) else to_ms(item)
-            for item in inputs]
-
-
 # MindSpore's wrapper around every error a Custom kernel reports; the kernel's own text follows.
 _KERNEL_ERROR = re.compile(r"For 'Custom' on CPU, operator failed when executing user defined "
                            r"file \S+! Error message is ")
@@ -454,7 +432,7 @@ def _run_in_mode(mode: str, fn: Callable[[], str | None]) -> Outcome:
 
 def _forward(bound: BoundCall, expected: list[torch.Tensor], values: bool) -> str | None:
     net = Apply(bound.ms_op())
-    ms_inputs = inputs_to_ms(bound.inputs)
+    ms_inputs = to_ms(bound.inputs)
     torch.manual_seed(SEED)
     actual = [to_torch(t) for t in flatten(net(*ms_inputs))]
     return compare(actual, expected, values)
@@ -465,19 +443,6 @@ def cotangents(outputs: Sequence[torch.Tensor]) -> dict[int, torch.Tensor]:
     rng = np.random.default_rng(SEED)
     return {i: torch.from_numpy(rng.standard_normal(tuple(o.shape))).to(o.dtype)
             for i, o in enumerate(outputs) if o.is_floating_point()}
-
-
-def regroup(flat: Sequence[Any], like: Sequence[Input]) -> list[Any]:
-    """Flat tensors back into the structure of `like` (tuples where it has tuples)."""
-    grouped, position = [], 0
-    for item in like:
-        if isinstance(item, tuple):
-            grouped.append(tuple(flat[position:position + len(item)]))
-            position += len(item)
-        else:
-            grouped.append(flat[position])
-            position += 1
-    return grouped
 
 
 def list_span(inputs: Sequence[Input]) -> tuple[int, int]:
@@ -499,16 +464,18 @@ class GradReference:
 
 def torch_gradients(bound: BoundCall) -> GradReference | str:
     """The gradient check's torch reference, or why the sample has none."""
-    flat = tensors_of(bound.inputs)
+    inputs = flat(bound.inputs)
     positions = tuple(i for i, wanted in enumerate(bound.differentiable) if wanted)
     if not positions:
         return "no differentiable input"
-    leaves = [t.clone().requires_grad_() if i in positions else t for i, t in enumerate(flat)]
+    leaves = [t.clone().requires_grad_() if i in positions else t for i, t in enumerate(inputs)]
     try:
         outputs = bound.run_torch(regroup(leaves, bound.inputs))
         weights = cotangents(outputs)
-        loss = sum((outputs[i] * w).double().sum() for i, w in weights.items())
-        if not weights or not loss.requires_grad:
+        if not weights:
+            return "no differentiable floating output"
+        loss = torch.stack([(outputs[i] * w).double().sum() for i, w in weights.items()]).sum()
+        if not loss.requires_grad:
             return "no differentiable floating output"
         wrt = [leaves[i] for i in positions]
         grads = torch.autograd.grad(loss, wrt, allow_unused=True)
@@ -523,9 +490,9 @@ def _gradient(bound: BoundCall, reference: GradReference) -> str | None:
     net = WeightedSum(bound.ms_op(), tuple(reference.weights),
                       tuple(map(to_ms, reference.weights.values())),
                       _single_output(bound.func), list_at, list_len)
-    flat = [to_ms(t) for t in tensors_of(bound.inputs)]
+    ms_inputs = [to_ms(t) for t in flat(bound.inputs)]
     torch.manual_seed(SEED)
-    actual = [to_torch(t) for t in flatten(Grad(net, reference.positions)(*flat))]
+    actual = [to_torch(t) for t in flatten(Grad(net, reference.positions)(*ms_inputs))]
     return compare(actual, reference.grads)
 
 
@@ -569,6 +536,7 @@ def values_comparable(bound: BoundCall, expected: list[torch.Tensor]) -> bool:
 
 def _checks(case: Case, checks: Sequence[str], result: SampleResult,
             progress: Progress) -> None:
+    assert case.call is not None  # only in-scope cases are checked, and they reached one op
     bound = bind(case.call)
     try:
         expected = bound.run_torch(bound.inputs)
@@ -578,7 +546,7 @@ def _checks(case: Case, checks: Sequence[str], result: SampleResult,
     if any(t.layout != torch.strided for t in expected):
         result.scope = f"it returns a sparse tensor, which MindSpore cannot hold ({bound.name})"
         return
-    size = sum(t.numel() for t in tensors_of(bound.inputs) + expected)
+    size = sum(t.numel() for t in flat(bound.inputs) + expected)
     if size > MAX_ELEMENTS:
         result.scope = f"over {MAX_ELEMENTS:.0e} elements"
         return
@@ -636,10 +604,13 @@ def _worker(conn, cap: int) -> None:
         if job is None:
             return
         key, start = job
-        items = opinfo_results(
-            key, cap, start,
-            on_begin=lambda case: conn.send(("begin", (case.index, overload_name(case.call.func)))),
-            progress=lambda name, outcome: conn.send(("check", (name, outcome))))
+
+        def on_begin(case: Case) -> None:
+            assert case.call is not None  # in scope
+            conn.send(("begin", (case.index, overload_name(case.call.func))))
+
+        items = opinfo_results(key, cap, start, on_begin=on_begin,
+                               progress=lambda name, outcome: conn.send(("check", (name, outcome))))
         for item in items:
             conn.send(("result", item))
         conn.send(("end", None))
@@ -722,6 +693,7 @@ def _follow(worker: _Worker, key: str, timeout: float):
             index, aten = payload
             begun = SampleResult(key, index, aten, None, seconds=time.perf_counter())
         elif kind == "check":
+            assert begun is not None  # a sample's checks follow its "begin"
             name, outcome = payload
             begun.checks[name] = outcome
         else:

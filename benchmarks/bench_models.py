@@ -205,8 +205,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny models, few repeats")
     parser.add_argument("--models", nargs="*", default=None)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="ATen threads for both torch eager and ms_aten (0: ATen's default)")
     args = parser.parse_args(argv)
     ms.set_device("CPU")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        ms_aten.set_num_threads(args.threads)
     names = args.models or ([n for n in CONFIGS if "tiny" in n] if args.quick else list(CONFIGS))
     repeats, iterations = (2, 3) if args.quick else (7, 10)
     rows = [bench(name, repeats, iterations) for name in names]
@@ -214,8 +219,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(table)
     if not args.quick:
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "models.json").write_text(json.dumps(rows, indent=1))
-        (RESULTS / "models.md").write_text(
+        stem = f"models_threads{args.threads}" if args.threads else "models"
+        (RESULTS / f"{stem}.json").write_text(json.dumps(rows, indent=1))
+        (RESULTS / f"{stem}.md").write_text(
             f"torch {torch.__version__}, MindSpore {ms.__version__}, CPU, "
             f"{torch.get_num_threads()} threads; median of {repeats} repeats of {iterations} "
             f"calls, routes in turns.\n\n{table}\n")

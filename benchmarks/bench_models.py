@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import models  # noqa: E402  (tests/models.py: the model factories the tests use)
 
 import ms_aten  # noqa: E402
-from ms_aten.module import to_ms  # noqa: E402
+from ms_aten import to_ms  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 CONFIGS = {

@@ -160,9 +160,8 @@ MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params,
                                         int64_t** shapes, const char** dtypes, char* error,
                                         size_t error_size) {
   const auto* k = static_cast<const ms_aten::Kernel*>(kernel);
-  const std::string message = failure_of(kernel_name(k), [&] {
-    checked(k).launch(nparam, params, ndims, shapes, dtypes, c10::kCPU);
-  });
+  const std::string message = failure_of(
+      kernel_name(k), [&] { checked(k).launch(nparam, params, ndims, shapes, dtypes, c10::kCPU); });
   if (message.empty()) return 0;
   copy_message(message, error, error_size);
   return 1;
@@ -189,9 +188,9 @@ MS_ATEN_C_API int MsAtenCallNpuMulti(int nparam, void** params, int* ndims, int6
 int ms_aten_infer(const char* spec, int64_t site, int n, const int* ndims,
                   const int64_t* const* shapes, const char* const* dtypes, ms_aten_emit_fn emit,
                   void* context, char* error, size_t error_size) {
-  return infer_barrier([&] { return ms_aten::infer_at(spec, site, metas_of(n, ndims, shapes,
-                                                                           dtypes)); },
-                       emit, context, error, error_size);
+  return infer_barrier(
+      [&] { return ms_aten::infer_at(spec, site, metas_of(n, ndims, shapes, dtypes)); }, emit,
+      context, error, error_size);
 }
 
 int ms_aten_infer_shapes(const char* spec, int64_t site, const int* ndims,

@@ -137,13 +137,12 @@ using MultiShape = std::vector<std::vector<int64_t>>;
 // C++ ABIs (std::string's is not: none crosses). There is no <func>InferType: a C++ type hook
 // returns a bare TypeId, which MindSpore turns into a scalar, not a tensor, for a rank-0 output;
 // dtypes come from Python (ms_aten/infer.py), which asks this library too.
-#define MS_ATEN_HOOKS(func, Shape, infer)                                                   \
-  MS_ATEN_C_API int func##Init(int*, int64_t**, const char**, void* extra) {                \
-    return init_kernel(extra);                                                              \
-  }                                                                                         \
-  MS_ATEN_C_API Shape func##InferShape(int* ndims, int64_t** shapes,                        \
-                                       mindspore::AotExtra* extra) {                        \
-    return infer(ndims, shapes, extra);                                                     \
+#define MS_ATEN_HOOKS(func, Shape, infer)                                                          \
+  MS_ATEN_C_API int func##Init(int*, int64_t**, const char**, void* extra) {                       \
+    return init_kernel(extra);                                                                     \
+  }                                                                                                \
+  MS_ATEN_C_API Shape func##InferShape(int* ndims, int64_t** shapes, mindspore::AotExtra* extra) { \
+    return infer(ndims, shapes, extra);                                                            \
   }
 
 extern "C" {

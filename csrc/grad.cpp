@@ -90,10 +90,9 @@ std::vector<at::Tensor> evaluate(const OpCall& call, const std::vector<size_t>& 
         if (order == 1) throw;
         // Above order 1 this differentiates torch's own backward formulas, which not every op
         // supports (derivatives "not implemented", once_differentiable functions).
-        throw std::runtime_error(
-            "torch cannot differentiate " + call.name() +
-            (order == 2 ? " twice" : " " + std::to_string(order) + " times") + ": " +
-            error.what_without_backtrace());
+        throw std::runtime_error("torch cannot differentiate " + call.name() +
+                                 (order == 2 ? " twice" : " " + std::to_string(order) + " times") +
+                                 ": " + error.what_without_backtrace());
       }
       for (size_t k = 0; k < grads.size(); ++k) results[wrt_index[k]] = grads[k];
     }

@@ -134,7 +134,8 @@ bool not_implemented(const std::exception& e) {
 }
 
 Unknowable unknowable(const OpCall& call, const std::exception& e) {
-  return Unknowable("ms_aten op '" + call.name() + "' cannot run on meta tensors, so its output "
+  return Unknowable("ms_aten op '" + call.name() +
+                    "' cannot run on meta tensors, so its output "
                     "shape is not known before it runs. Ops whose output shape depends on input "
                     "values (nonzero, unique, masked_select) are not supported. (" +
                     message_of(e) + ")");
@@ -150,18 +151,20 @@ std::vector<TensorMeta> run_checked(const OpCall& call, const std::vector<Tensor
     if (not_implemented(e)) throw unknowable(call, e);
     const std::string why = message_of(e);
     if (assumed == nullptr) throw std::runtime_error(op + ": " + why);
-    throw std::runtime_error(op + ": cannot infer its outputs for input shapes " +
-                             describe(shown) + " " + assumed + ": " + why);
+    throw std::runtime_error(op + ": cannot infer its outputs for input shapes " + describe(shown) +
+                             " " + assumed + ": " + why);
   }
 }
 
 std::vector<TensorMeta> infer_unknown_rank(const OpCall& call,
                                            const std::vector<TensorMeta>& inputs) {
-  const std::string op = "ms_aten op '" + call.name() + "': cannot infer its outputs for input "
-                         "shapes " + describe(inputs) + ": ";
+  const std::string op =
+      c10::str("ms_aten op '", call.name(), "': cannot infer its outputs for input shapes ",
+               describe(inputs), ": ");
   for (const auto& r : call.op().schema().returns()) {
     if (r.type()->kind() == c10::TypeKind::ListType) {
-      throw std::runtime_error(op + "it returns a tensor list, whose length may depend on the "
+      throw std::runtime_error(op +
+                               "it returns a tensor list, whose length may depend on the "
                                "unknown rank (-2)");
     }
   }
@@ -292,12 +295,14 @@ std::vector<TensorMeta> infer_shapes(const std::string& spec, int64_t site, cons
   const auto state = state_of(spec);
   const std::string op = "ms_aten op '" + state->call->name() + "'";
   if (candidates.empty()) {
-    throw std::runtime_error(op + ": MindSpore asked for its output shapes, but no call of this "
+    throw std::runtime_error(op +
+                             ": MindSpore asked for its output shapes, but no call of this "
                              "op object has told ms_aten its input dtypes and count yet");
   }
   for (const auto& c : candidates) {
     if (c.size() != candidates[0].size()) {
-      throw std::runtime_error(op + ": this op object is called with different numbers of "
+      throw std::runtime_error(op +
+                               ": this op object is called with different numbers of "
                                "tensors; MindSpore's shape inference does not say which call it "
                                "infers, so use one op object per tensor-list length");
     }

@@ -19,8 +19,8 @@ namespace ms_aten {
 
 // One tensor as inference sees it.
 struct TensorMeta {
-  int64_t rank = 0;            // -1: unknown rank
-  std::vector<int64_t> dims;   // `rank` sizes, -1 for an unknown one
+  int64_t rank = 0;           // -1: unknown rank
+  std::vector<int64_t> dims;  // `rank` sizes, -1 for an unknown one
   at::ScalarType dtype = at::kFloat;
 };
 

@@ -30,8 +30,8 @@ Kernel* Kernel::create(const char* spec, const char* error) noexcept {
     if (text.rfind("program ", 0) == 0) return new Kernel(std::make_unique<Program>(text));
     const size_t split = text.find(';');
     auto call = std::make_unique<OpCall>(text.substr(0, split));
-    auto out = split == std::string::npos ? nullptr
-                                          : std::make_unique<OpCall>(text.substr(split + 1));
+    auto out =
+        split == std::string::npos ? nullptr : std::make_unique<OpCall>(text.substr(split + 1));
     const auto writes = [](const OpCall& c) {
       return c.kind() == SpecKind::kOut || c.kind() == SpecKind::kInplace;
     };
@@ -99,8 +99,8 @@ bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at:
   if (inputs.empty() || outputs.size() != 1) return false;
   const at::Tensor& in = inputs[0];
   const at::Tensor& out = outputs[0];
-  if (in.sizes() != out.sizes() || in.scalar_type() != out.scalar_type() ||
-      !in.is_contiguous() || !out.is_contiguous()) {
+  if (in.sizes() != out.sizes() || in.scalar_type() != out.scalar_type() || !in.is_contiguous() ||
+      !out.is_contiguous()) {
     return false;
   }
   // ATen's vectorized copy: glibc's memcpy of a few KiB (rep movsb) was slower on a test VM.
@@ -110,8 +110,8 @@ bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at:
 
 void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t index) {
   if (result.sizes() != output.sizes() || result.scalar_type() != output.scalar_type()) {
-    throw std::runtime_error(c10::str("output ", index, " came out as ",
-                                      result.scalar_type(), result.sizes(), ", but MindSpore expects ",
+    throw std::runtime_error(c10::str("output ", index, " came out as ", result.scalar_type(),
+                                      result.sizes(), ", but MindSpore expects ",
                                       output.scalar_type(), output.sizes()));
   }
   output.copy_(result);

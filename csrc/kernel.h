@@ -34,7 +34,8 @@ class Kernel {
   Kernel(std::unique_ptr<OpCall> call, std::unique_ptr<OpCall> out, std::string error);
   explicit Kernel(std::unique_ptr<Program> program);
 
-  void run_call(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
+  void run_call(const std::vector<at::Tensor>& inputs,
+                const std::vector<at::Tensor>& outputs) const;
   // False when the out= (or in-place) kernel threw, or left an output other than MindSpore's
   // buffer (data, ndims, shapes): resized or re-pointed; the outputs are then suspect.
   bool try_out(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,

@@ -40,8 +40,8 @@ at::Tensor tensor_constant(const std::string& dtype, const std::string& shape,
                            const std::string& hex) {
   if (shape.empty() || shape[0] != 'I') throw std::invalid_argument("bad shape token " + shape);
   const auto sizes = constant(shape).toIntVector();
-  at::Tensor tensor = at::empty(sizes, at::TensorOptions().dtype(ms_dtype_to_scalar_type(
-                                           dtype.c_str())));
+  at::Tensor tensor =
+      at::empty(sizes, at::TensorOptions().dtype(ms_dtype_to_scalar_type(dtype.c_str())));
   const size_t nbytes = tensor.nbytes();
   if (hex.size() != 2 * nbytes) {
     throw std::invalid_argument("a constant of " + std::to_string(nbytes) + " bytes needs " +
@@ -112,7 +112,8 @@ Program::Program(const std::string& spec) {
   std::vector<bool> defined(n_values, false);
   std::fill(defined.begin(), defined.begin() + n_inputs_, true);
   const auto define = [&](const std::string& line, int id) {
-    if (id < n_inputs_ || id >= n_values || defined[id]) fail(line, "bad value id " + std::to_string(id));
+    if (id < n_inputs_ || id >= n_values || defined[id])
+      fail(line, "bad value id " + std::to_string(id));
     defined[id] = true;
   };
   std::vector<int> last_read(n_values, -1);
@@ -130,7 +131,8 @@ Program::Program(const std::string& spec) {
         // n <results> <label> <op spec...>: the op spec keeps its own spaces.
         const size_t results_end = line.find(' ', 2);
         const size_t label_end = line.find(' ', results_end + 1);
-        if (results_end == std::string::npos || label_end == std::string::npos) fail(line, "short node");
+        if (results_end == std::string::npos || label_end == std::string::npos)
+          fail(line, "short node");
         Node node;
         node.label = unescape(line.substr(results_end + 1, label_end - results_end - 1));
         if (node.label == "-") node.label.clear();  // a node outside any submodule
@@ -139,7 +141,8 @@ Program::Program(const std::string& spec) {
           fail(line, "a node must be a 'call' whose tensor slots name values");
         }
         for (const int v : node.call->tensor_indices()) {
-          if (v < 0 || v >= n_values || !defined[v]) fail(line, "reads undefined value " + std::to_string(v));
+          if (v < 0 || v >= n_values || !defined[v])
+            fail(line, "reads undefined value " + std::to_string(v));
           last_read[v] = static_cast<int>(nodes_.size());
         }
         const std::string results = line.substr(2, results_end - 2);
@@ -169,7 +172,8 @@ Program::Program(const std::string& spec) {
   }
   if (outputs_.empty()) fail(spec.substr(0, 200), "a program needs an 'o' line with outputs");
   for (const int v : outputs_) {
-    if (v < 0 || v >= n_values || !defined[v]) fail("o", "output " + std::to_string(v) + " is undefined");
+    if (v < 0 || v >= n_values || !defined[v])
+      fail("o", "output " + std::to_string(v) + " is undefined");
     last_read[v] = static_cast<int>(nodes_.size());  // kept to the end
   }
   // Drop each value after its last reader: a model's activations live only as long as needed.
@@ -202,16 +206,16 @@ void Program::evaluate(std::vector<at::Tensor>& values) const {
       node.call->op().callBoxed(stack);
       const auto results = returned_tensors(stack);
       if (results.size() != node.results.size()) {
-        throw std::runtime_error(c10::str("returned ", results.size(), " tensors, the program expects ",
-                                          node.results.size()));
+        throw std::runtime_error(c10::str("returned ", results.size(),
+                                          " tensors, the program expects ", node.results.size()));
       }
       for (size_t r = 0; r < results.size(); ++r) {
         if (node.results[r] >= 0) values[node.results[r]] = results[r];
       }
     } catch (const std::exception& e) {
       throw std::runtime_error(c10::str("node ", i, " (", node.call->name(),
-                                        node.label.empty() ? "" : " in " + node.label, "): ",
-                                        describe(e)));
+                                        node.label.empty() ? "" : " in " + node.label,
+                                        "): ", describe(e)));
     }
     for (const int v : node.release) values[v] = at::Tensor();
   }
@@ -244,10 +248,11 @@ void Program::forward(const std::vector<at::Tensor>& inputs,
 void Program::vjp(const std::vector<at::Tensor>& inputs,
                   const std::vector<at::Tensor>& outputs) const {
   const size_t n_out = outputs_.size();
-  if (inputs.size() != n_inputs_ + n_out + rng_ || outputs.size() != static_cast<size_t>(n_inputs_)) {
+  if (inputs.size() != n_inputs_ + n_out + rng_ ||
+      outputs.size() != static_cast<size_t>(n_inputs_)) {
     throw std::invalid_argument(c10::str("the backward expects ", n_inputs_ + n_out + rng_,
-                                         " inputs and ", n_inputs_, " outputs, got ",
-                                         inputs.size(), " and ", outputs.size()));
+                                         " inputs and ", n_inputs_, " outputs, got ", inputs.size(),
+                                         " and ", outputs.size()));
   }
   c10::AutoGradMode grad_mode(true);
   for (const auto& out : outputs) out.zero_();  // inputs without a gradient get zeros
@@ -256,8 +261,8 @@ void Program::vjp(const std::vector<at::Tensor>& inputs,
   std::vector<size_t> wrt_index;
   for (int i = 0; i < n_inputs_; ++i) {
     at::Tensor leaf = inputs[i].detach();
-    if (differentiate_[i] && (at::isFloatingType(leaf.scalar_type()) ||
-                              at::isComplexType(leaf.scalar_type()))) {
+    if (differentiate_[i] &&
+        (at::isFloatingType(leaf.scalar_type()) || at::isComplexType(leaf.scalar_type()))) {
       leaf.requires_grad_(true);
       leaf.mutable_grad() = outputs[i];
       wrt.push_back(leaf);

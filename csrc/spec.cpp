@@ -144,8 +144,9 @@ SpecKind parse_kind(const std::string& spec, const std::string& word, int* order
   if (word == "inplace") return SpecKind::kInplace;
   if (word.rfind("vjp", 0) == 0) {
     const std::string digits = word.substr(3);
-    const bool valid = digits.empty() || (digits.find_first_not_of("0123456789") ==
-                                              std::string::npos && digits.size() < 3);
+    const bool valid =
+        digits.empty() ||
+        (digits.find_first_not_of("0123456789") == std::string::npos && digits.size() < 3);
     *order = !valid ? 0 : digits.empty() ? 1 : std::stoi(digits);
     if (*order >= 1) return SpecKind::kVjp;
   }
@@ -178,7 +179,8 @@ OpCall::OpCall(const std::string& spec) {
         case 't':
         case 'w':
           slots_.push_back({token[0] == 't' ? SlotKind::kTensor : SlotKind::kWrapped,
-                            static_cast<int>(to_int(token.substr(1))), {}});
+                            static_cast<int>(to_int(token.substr(1))),
+                            {}});
           ++fixed_inputs_;
           break;
         case 'T':
@@ -269,7 +271,8 @@ int OpCall::vjp_output_count(int vjp_inputs) const {
 }
 
 int OpCall::input_index(int slot_index, int list_len) const {
-  return has_list_ && slot_index >= list_start_ ? slot_index + list_len : slot_index;  // after the list
+  return has_list_ && slot_index >= list_start_ ? slot_index + list_len
+                                                : slot_index;  // after the list
 }
 
 int OpCall::input_of_argument(const std::string& name, int n_inputs) const {

@@ -95,18 +95,18 @@ class OpCall {
     std::optional<std::vector<int>> members;
   };
 
-  void fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>& inputs,
-            int list_len, const std::vector<at::Tensor>& outputs) const;
+  void fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>& inputs, int list_len,
+            const std::vector<at::Tensor>& outputs) const;
 
   SpecKind kind_;
   int order_ = 0;
-  std::string name_;  // "aten::max.dim", for messages
+  std::string name_;                       // "aten::max.dim", for messages
   std::optional<c10::OperatorHandle> op_;  // set by the constructor; the type has no default
-  int fixed_outputs_ = -1;     // -1: the op returns Tensor[] and the count comes from nparam
-  int fixed_inputs_ = 0;       // call-time tensors outside a list
-  bool has_list_ = false;      // one Tensor[] / Tensor?[] takes the remaining inputs
+  int fixed_outputs_ = -1;          // -1: the op returns Tensor[] and the count comes from nparam
+  int fixed_inputs_ = 0;            // call-time tensors outside a list
+  bool has_list_ = false;           // one Tensor[] / Tensor?[] takes the remaining inputs
   bool has_explicit_list_ = false;  // some T[..] / Q[..] list names its members
-  int list_start_ = 0;         // index of the list's first tensor among the call-time tensors
+  int list_start_ = 0;              // index of the list's first tensor among the call-time tensors
   std::vector<c10::IValue> constants_;
   std::vector<Slot> slots_;
 };

@@ -24,8 +24,8 @@ class ViewCache {
   // buffer, else a fresh one, checked to be host memory on CPU (device.h), which is cached in
   // place of the position's oldest. A launch that finds the cache in use by another thread
   // wraps its own.
-  std::vector<at::Tensor> views(int nparam, void** params, const int* ndims,
-                                int64_t* const* shapes, const char** dtypes, c10::Device device);
+  std::vector<at::Tensor> views(int nparam, void** params, const int* ndims, int64_t* const* shapes,
+                                const char** dtypes, c10::Device device);
 
   // Forgets the views: an ATen kernel resized or re-pointed one of them.
   void clear();

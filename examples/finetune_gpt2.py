@@ -20,7 +20,7 @@ import transformers
 from mindspore import nn, ops
 
 import ms_aten
-from ms_aten.module import to_ms
+from ms_aten import to_ms
 
 VOCAB, SEQ, BATCH, LR = 64, 16, 8, 1e-3
 

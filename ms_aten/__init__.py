@@ -10,6 +10,7 @@ from ._lib import library as _library
 from ._version import __version__
 from .build import BuildError
 from .constants import ConstantError
+from .convert import to_ms, to_torch
 from .function import AtenFunction, function
 from .infer import ShapeInferenceError, ValueDependentError
 from .module import TorchModule, module
@@ -23,4 +24,5 @@ _configure_threads()
 
 __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "ConstantError",
            "ShapeInferenceError", "TorchModule", "ValueDependentError", "__version__", "function",
-           "get_num_threads", "launch_count", "module", "op", "set_num_threads"]
+           "get_num_threads", "launch_count", "module", "op", "set_num_threads", "to_ms",
+           "to_torch"]

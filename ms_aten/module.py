@@ -2,29 +2,11 @@
 from __future__ import annotations
 
 import torch
-from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+from mindspore import Parameter, ParameterTuple, nn, ops
 
-from . import dtypes
+from .convert import to_ms, to_torch
 from .function import AtenFunction
 from .program import Program, Signature, build, example_like, export
-
-
-def to_ms(tensor: torch.Tensor) -> Tensor:
-    """A MindSpore copy of a torch tensor (numpy has no bfloat16: it goes through float32)."""
-    tensor = tensor.detach().cpu()
-    if tensor.dtype == torch.bfloat16:
-        return Tensor(tensor.float().numpy(), dtype=dtypes.to_ms(torch.bfloat16))
-    return Tensor(tensor.numpy(), dtype=dtypes.to_ms(tensor.dtype))
-
-
-def to_torch(tensor: Tensor) -> torch.Tensor:
-    """A torch copy of a MindSpore tensor, of the same dtype."""
-    torch_dtype = dtypes.to_torch(tensor.dtype)
-    if torch_dtype == torch.bfloat16:
-        return torch.from_numpy(tensor.float().asnumpy()).to(torch.bfloat16)
-    array = tensor.asnumpy()
-    # numpy may call uint64 ulonglong, which torch refuses; the dtype's name is canonical.
-    return torch.from_numpy(array.astype(array.dtype.name, copy=True)).to(torch_dtype)
 
 
 class TorchModule(nn.Cell):

@@ -19,33 +19,15 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-import mindspore as ms
-import numpy as np
 import torch
 from mindspore import Tensor
 
-from . import dtypes
 from . import pattern as patterns
+from .convert import to_ms, to_torch
 from .fake_infer import number_positions, wrapped_number
 
 if TYPE_CHECKING:
     from .op import AtenOp
-
-
-def to_torch(x: Tensor) -> torch.Tensor:
-    """A torch view of a MindSpore CPU tensor's data, once the data is there (asnumpy waits)."""
-    array = x.asnumpy()
-    if x.dtype == ms.bfloat16:  # numpy's bfloat16 is not torch's: reinterpret the bits
-        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(array.astype(array.dtype.str, copy=False))
-
-
-def to_ms(t: torch.Tensor) -> Tensor:
-    """A MindSpore tensor holding `t`'s values: its memory when numpy can describe the dtype."""
-    dtypes.to_ms(t.dtype)  # a TypeError naming the dtype if MindSpore has none
-    if t.dtype == torch.bfloat16:
-        return Tensor(t.float().numpy(), dtype=ms.bfloat16)
-    return Tensor.from_numpy(t.contiguous().numpy())  # (numpy's ascontiguousarray makes 0-dim 1-d)
 
 
 def _results(value) -> list[torch.Tensor]:
@@ -60,7 +42,7 @@ def run(module: ModuleType, op: AtenOp, vjp: Any, flat: Sequence[Tensor],
     numbers = number_positions(op.binding, pattern)
     items = []
     for i, x in enumerate(flat):
-        view = to_torch(x)
+        view = to_torch(x, copy=False)
         if i in numbers:  # the number again as torch wraps it
             view = wrapped_number(x.dtype, view.item())
         items.append(view)
@@ -69,6 +51,6 @@ def run(module: ModuleType, op: AtenOp, vjp: Any, flat: Sequence[Tensor],
             results = _results(op.infer.overload(**op.infer.kwargs(items, pattern)))
     except Exception as error:  # noqa: BLE001  (ATen's checks, as the kernel would report them)
         raise RuntimeError(f"ms_aten: {op.binding.name}: {error}") from error
-    outputs = [to_ms(r) for r in results]
+    outputs = [to_ms(r, copy=False) for r in results]
     single = len(outputs) == 1 and not op.binding.returns_list
     return module.adopt(vjp, list(flat), outputs, single)

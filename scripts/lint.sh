@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Lint and type check with the tools scripts/setup.sh installs into .venv (config in
-# pyproject.toml): ruff over the Python sources, mypy over ms_aten/.
+# pyproject.toml and .clang-format): ruff over the Python sources, mypy over ms_aten/,
+# clang-format over the C++ sources (a check: `clang-format -i` applies it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
-echo "[lint] $("$BIN/ruff" --version), $("$BIN/mypy" --version)"
+echo "[lint] $("$BIN/ruff" --version), $("$BIN/mypy" --version), $("$BIN/clang-format" --version)"
 "$BIN/ruff" check .
 "$BIN/mypy"
+git ls-files -- 'csrc/*.h' 'csrc/*.cpp' 'csrc/*.cu' 'benchmarks/*.cpp' \
+  | xargs "$BIN/clang-format" --style=file --dry-run --Werror

@@ -11,7 +11,7 @@ import torch
 from mindspore import nn
 
 import ms_aten
-from ms_aten.module import to_ms, to_torch
+from ms_aten import to_ms, to_torch
 
 from common import set_mode
 

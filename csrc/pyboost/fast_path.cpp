@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "ms_extension.h"
 #include "include/pynative/backward/function.h"
 #include "include/utils/pynative/grad_state.h"
+#include "ms_extension.h"
 
 #include "bridge_abi.h"
 #include "dtype_table.h"
@@ -90,8 +90,8 @@ class Kernel {
         throw std::logic_error("ms_aten: " + name_ + " is not a backward kernel");
       }
       const int order = kind.size() == 3 ? 1 : std::stoi(kind.substr(3));
-      next_ = std::make_shared<const Kernel>("vjp" + std::to_string(order + 1) +
-                                             spec_.substr(space), "");
+      next_ = std::make_shared<const Kernel>(
+          "vjp" + std::to_string(order + 1) + spec_.substr(space), "");
     }
     return next_;
   }
@@ -141,8 +141,9 @@ struct Outputs {
           bool single)
       : shapes(shapes), single(single) {
     if (shapes.size() != dtypes.size() || shapes.empty() || (single && shapes.size() != 1)) {
-      throw std::invalid_argument("ms_aten: Outputs needs one dtype per shape, at least one, "
-                                  "and exactly one when single");
+      throw std::invalid_argument(
+          "ms_aten: Outputs needs one dtype per shape, at least one, "
+          "and exactly one when single");
     }
     for (const auto& dtype : dtypes) types.push_back(type_id(dtype));
   }

@@ -17,7 +17,7 @@ import mindspore as ms
 import torch
 from mindspore import Tensor, nn
 
-from .. import dtypes
+from .. import convert
 
 MODES = {"graph": ms.GRAPH_MODE, "pynative": ms.PYNATIVE_MODE}
 # One seeded generator for every randn: reproducible inputs for a given set of tests.
@@ -47,25 +47,18 @@ def run(op: Callable, args: Sequence[Any], mode: str) -> Any:
 
 
 def to_ms(value: Any) -> Any:
-    """torch tensors (also inside tuples and lists) to MindSpore tensors; the rest unchanged."""
+    """torch tensors (also inside tuples and lists) to MindSpore copies; the rest unchanged."""
     if isinstance(value, torch.Tensor):
-        if value.dtype == torch.bfloat16:  # numpy has no bfloat16
-            return Tensor(value.float().numpy(), dtype=ms.bfloat16)
-        return Tensor(value.numpy(), dtype=dtypes.to_ms(value.dtype))
+        return convert.to_ms(value)
     if isinstance(value, (tuple, list)):
         return tuple(to_ms(v) for v in value)
     return value
 
 
 def to_torch(value: Any) -> Any:
-    """MindSpore tensors (also inside tuples) to torch tensors of the same dtype."""
+    """MindSpore tensors (also inside tuples and lists) to torch copies; the rest unchanged."""
     if isinstance(value, Tensor):
-        torch_dtype = dtypes.to_torch(value.dtype)
-        if torch_dtype == torch.bfloat16:
-            return torch.from_numpy(value.astype(ms.float32).asnumpy()).to(torch.bfloat16)
-        array = value.asnumpy()
-        # numpy may report uint64 as ulonglong, which torch refuses: use the canonical type.
-        return torch.from_numpy(array.astype(array.dtype.str)).to(torch_dtype)
+        return convert.to_torch(value)
     if isinstance(value, (tuple, list)):
         return tuple(to_torch(v) for v in value)
     return value

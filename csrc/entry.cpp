@@ -200,6 +200,17 @@ int ms_aten_infer_shapes(const char* spec, int64_t site, const int* ndims,
                        context, error, error_size);
 }
 
+// Registers the forward and VJP programs captured for one input signature of a program family
+// (program_family.h): 0, or 1 with the reason (a spec the library cannot run) in error.
+MS_ATEN_C_API int ms_aten_program_register(const char* family, const char* key, const char* call,
+                                           const char* vjp, char* error, size_t error_size) {
+  const std::string message =
+      failure_of("program", [&] { ms_aten::register_programs(family, key, call, vjp); });
+  if (message.empty()) return 0;
+  copy_message(message, error, error_size);
+  return 1;
+}
+
 MS_ATEN_C_API int ms_aten_kernel_uses_out(const void* kernel) {
   if (kernel == nullptr) return -1;
   return static_cast<const ms_aten::Kernel*>(kernel)->uses_out() ? 1 : 0;

@@ -20,14 +20,18 @@ Kernel::Kernel(std::unique_ptr<OpCall> call, std::unique_ptr<OpCall> out, std::s
   }
 }
 
-Kernel::Kernel(std::unique_ptr<Program> program)
+Kernel::Kernel(std::shared_ptr<const Program> program)
     : program_(std::move(program)), name_(program_->name()) {}
+
+Kernel::Kernel(std::unique_ptr<ProgramFamily> family)
+    : family_(std::move(family)), name_(family_->name()) {}
 
 Kernel* Kernel::create(const char* spec, const char* error) noexcept {
   try {
     if (error != nullptr) return new Kernel(nullptr, nullptr, error);
     const std::string text(spec);
-    if (text.rfind("program ", 0) == 0) return new Kernel(std::make_unique<Program>(text));
+    if (text.rfind("program ", 0) == 0) return new Kernel(std::make_shared<const Program>(text));
+    if (text.rfind("family ", 0) == 0) return new Kernel(std::make_unique<ProgramFamily>(text));
     const size_t split = text.find(';');
     auto call = std::make_unique<OpCall>(text.substr(0, split));
     auto out =
@@ -64,13 +68,14 @@ int num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
 void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                     c10::Device device) const {
   g_launches.fetch_add(1, std::memory_order_relaxed);
-  if (!call_ && !program_) throw std::runtime_error(error_);
+  if (!call_ && !program_ && !family_) throw std::runtime_error(error_);
   // OpenMP's thread count is a per-thread setting, and MindSpore launches kernels from its own
   // worker threads: apply the configured count in whichever thread runs this launch.
   if (const int wanted = num_threads(); wanted > 0 && at::get_num_threads() != wanted) {
     at::set_num_threads(wanted);
   }
-  const int n_in = program_ ? program_->input_count(nparam) : call_->input_count(nparam);
+  const auto program = family_ ? family_->select(nparam, ndims, shapes, dtypes) : program_;
+  const int n_in = program ? program->input_count(nparam) : call_->input_count(nparam);
   if (n_in < 0 || n_in > nparam) {
     throw std::invalid_argument("got " + std::to_string(nparam) +
                                 " buffers, which does not fit the op's inputs and outputs");
@@ -78,7 +83,7 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   auto tensors = views_.views(nparam, params, ndims, shapes, dtypes, device);
   std::vector<at::Tensor> inputs(tensors.begin(), tensors.begin() + n_in);
   std::vector<at::Tensor> outputs(tensors.begin() + n_in, tensors.end());
-  if (program_) return program_->run(inputs, outputs);
+  if (program) return program->run(inputs, outputs);
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
   if (uses_out()) {
     if (try_out(inputs, outputs, params + n_in, ndims + n_in, shapes + n_in)) return;

@@ -3,7 +3,7 @@
 // The primitive attribute holds one spec, or two separated by ';': the functional call, then
 // the out= overload to try first (or the in-place one, where out= is only a composite wrapper
 // that allocates and copies); or a whole program (program.h), whose spec starts with
-// "program".
+// "program"; or a family of programs, one per input signature (program_family.h), "family".
 #pragma once
 
 #include <atomic>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "program.h"
+#include "program_family.h"
 #include "spec.h"
 #include "view_cache.h"
 
@@ -32,7 +33,8 @@ class Kernel {
 
  private:
   Kernel(std::unique_ptr<OpCall> call, std::unique_ptr<OpCall> out, std::string error);
-  explicit Kernel(std::unique_ptr<Program> program);
+  explicit Kernel(std::shared_ptr<const Program> program);
+  explicit Kernel(std::unique_ptr<ProgramFamily> family);
 
   void run_call(const std::vector<at::Tensor>& inputs,
                 const std::vector<at::Tensor>& outputs) const;
@@ -43,7 +45,8 @@ class Kernel {
 
   std::unique_ptr<OpCall> call_;
   std::unique_ptr<OpCall> out_;
-  std::unique_ptr<Program> program_;
+  std::shared_ptr<const Program> program_;
+  std::unique_ptr<ProgramFamily> family_;
   // Set once the out= overload failed, resized or re-pointed an output where the functional
   // overload then worked (torch's mse_loss.out resizes its 0-dim output, which throws on
   // MindSpore's non-resizable buffers): later launches go straight to the functional. A failure

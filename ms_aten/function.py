@@ -11,9 +11,18 @@ from mindspore.common import dtype as mstype
 from . import _lib, dtypes
 from .binding import SPEC_ATTR
 from .grad import with_arity
-from .infer import ShapeInferenceError, flatten_infer_args, graph_mode
+from .infer import ShapeInferenceError, flatten_infer_args
 from .op import unique_id
-from .program import RNG_STATE_BYTES, Program, Signature, build, example_like, export
+from .program import (
+    RNG_STATE_BYTES,
+    Program,
+    Signature,
+    build,
+    example_like,
+    export,
+    family_spec,
+    register,
+)
 
 Recapture = Callable[[Signature], Program]
 
@@ -27,11 +36,11 @@ class ProgramVjp(ops.Custom):
     Inputs: the program's inputs, one gradient per output, the RNG state (random programs).
     Outputs: one gradient per program input, shaped and typed like it."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, family: str):
         self.program = program
         super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
                          out_dtype=self._unused, func_type="aot")
-        self.add_prim_attr(SPEC_ATTR, program.vjp_spec)
+        self.add_prim_attr(SPEC_ATTR, family_spec("vjp", program, family))
         self.add_prim_attr("ms_aten_uid", unique_id())
 
     def __infer__(self, *args: dict) -> dict:
@@ -59,9 +68,9 @@ class ProgramVjp(ops.Custom):
         raise AssertionError("unreachable: ProgramVjp.__infer__ infers shapes")
 
 
-def make_program_bprop(program: Program) -> Callable:
-    """bprop(*inputs, out, dout) for a program: its VJP kernel, one gradient per input."""
-    vjp = ProgramVjp(program)
+def make_program_bprop(program: Program, family: str) -> Callable:
+    """bprop(*inputs, out, dout) for a program family: its VJP kernel, one gradient per input."""
+    vjp = ProgramVjp(program, family)
     n_out = program.n_outputs
     bare = program.n_results == 1  # the forward returns a lone Tensor, so does dout
     one_input = program.n_inputs == 1
@@ -84,45 +93,53 @@ class AtenFunction(ops.Custom):
     Outputs: the graph's outputs (a Tensor when there is one), then, for a graph with random
     ops (dropout), torch's CPU RNG state as a uint8 Tensor, which the backward replays: as
     MindSpore's own ops.Dropout returns its mask beside its output.
+
+    Inputs of other static shapes are captured again, once per signature, in both modes: as
+    torch would simply run them, and as MindSpore compiles a graph per static shape. The
+    primitive names a program family in the library, and each launch runs the capture for its
+    inputs (csrc/program_family.h).
     """
 
     def __init__(self, program: Program, recapture: Recapture | None = None):
-        self.program = program
+        self.program = program  # the first capture; every capture has its outputs' structure
         self.recapture = recapture
-        self.siblings: dict[Signature, AtenFunction] = {}
+        self.family = str(unique_id())
+        register(self.family, program)
+        self.programs: dict[Signature, Program] = {program.signature: program}
         super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
                          out_dtype=self._unused, func_type="aot",
-                         bprop=make_program_bprop(program))
-        self.add_prim_attr(SPEC_ATTR, program.spec)
+                         bprop=make_program_bprop(program, self.family))
+        self.add_prim_attr(SPEC_ATTR, family_spec("call", program, self.family))
         self.add_prim_attr("ms_aten_uid", unique_id())
 
-    def __call__(self, *args):
-        # PYNATIVE: other input shapes are captured again (once per signature), as torch would
-        # simply run them; GRAPH mode never calls __call__, and __infer__ refuses them there.
-        if not graph_mode() and self.recapture is not None:
-            signature = self.program.user_signature_of(
-                [tuple(x.shape) for x in args], [x.dtype for x in args])
-            if signature != self.program.signature:
-                sibling = self.siblings.get(signature)
-                if sibling is None:
-                    sibling = AtenFunction(self.recapture(signature), self.recapture)
-                    self.siblings[signature] = sibling
-                return sibling(*args)
-        return super().__call__(*args)
+    def program_for(self, signature: Signature) -> Program:
+        """The capture for a signature of the user inputs: captured now if it is new."""
+        program = self.programs.get(signature)
+        if program is not None:
+            return program
+        first = self.program
+        if any(size < 0 for shape in signature.shapes for size in shape):
+            raise ShapeInferenceError(
+                f"ms_aten function '{first.name}' got inputs of unknown size "
+                f"({signature.describe()}); a program is captured for static shapes: give the "
+                f"Cell static inputs (MindSpore compiles once per shape, ms_aten captures once "
+                f"per shape)")
+        if self.recapture is None:
+            raise ShapeInferenceError(
+                f"ms_aten function '{first.name}' was captured for inputs "
+                f"({first.signature.describe()}) and got ({signature.describe()})")
+        program = self.recapture(signature)
+        register(self.family, program)
+        self.programs[signature] = program
+        return program
 
     def __infer__(self, *args: dict) -> dict:
         shapes, types = flatten_infer_args(args)
-        program = self.program
-        if len(shapes) != program.n_inputs:
-            raise TypeError(f"ms_aten function '{program.name}' takes {program.n_inputs} "
+        first = self.program
+        if len(shapes) != first.n_inputs:
+            raise TypeError(f"ms_aten function '{first.name}' takes {first.n_inputs} "
                             f"tensors, got {len(shapes)}")
-        signature = program.user_signature_of(shapes, types)
-        if signature != program.signature:
-            raise ShapeInferenceError(
-                f"ms_aten function '{program.name}' was captured for inputs "
-                f"({program.signature.describe()}) and got ({signature.describe()}); in GRAPH "
-                f"mode a program runs the shapes it was captured with (capture one per shape, "
-                f"or run in PYNATIVE mode, which captures new shapes by itself)")
+        program = self.program_for(first.user_signature_of(shapes, types))
         out_shapes: list[Any] = [list(s) for s in program.output_shapes]
         out_types = [_tensor_type(d) for d in program.output_dtypes]
         if program.random:

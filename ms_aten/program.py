@@ -36,6 +36,8 @@ class Signature:
     dtypes: tuple[torch.dtype, ...]
 
     def describe(self) -> str:
+        """"float32[2, 8], int64[]": also the key of a family's programs in the library
+        (csrc/program_family.cpp, signature_key)."""
         return ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}"
                          for s, d in zip(self.shapes, self.dtypes, strict=True))
 
@@ -281,25 +283,28 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
         output_shapes=tuple(shapes), output_dtypes=tuple(out_dtypes),
         mutations=tuple(mutations), random=builder.random,
         n_nodes=sum(1 for line in builder.lines if line.startswith("n ")))
-    check(program)
     return program
 
 
-def check(program: Program) -> None:
-    """Decodes both specs in the library now, so a node it cannot run fails before any launch."""
+def register(family: str, program: Program) -> None:
+    """Hands a capture to the library under its family and input signature (csrc/
+    program_family.h), which decodes both specs now: a node it cannot run fails before any
+    launch, as a CaptureError."""
     lib = _lib.library()
-    lib.ms_aten_kernel_create.restype = ctypes.c_void_p
-    lib.ms_aten_kernel_error.restype = ctypes.c_char_p
-    lib.ms_aten_kernel_error.argtypes = [ctypes.c_void_p]
-    lib.ms_aten_kernel_destroy.argtypes = [ctypes.c_void_p]
-    for spec in (program.spec, program.vjp_spec):
-        kernel = lib.ms_aten_kernel_create(spec.encode(), None)
-        try:
-            error = lib.ms_aten_kernel_error(kernel)
-        finally:
-            lib.ms_aten_kernel_destroy(kernel)
-        if error is not None:
-            raise CaptureError(f"ms_aten: {program.name}: {error.decode()}")
+    lib.ms_aten_program_register.argtypes = [ctypes.c_char_p] * 4 + [ctypes.c_char_p,
+                                                                      ctypes.c_size_t]
+    error = ctypes.create_string_buffer(4096)
+    if lib.ms_aten_program_register(family.encode(), program.signature.describe().encode(),
+                                    program.spec.encode(), program.vjp_spec.encode(),
+                                    error, len(error)):
+        message = error.value.decode().removeprefix("ms_aten: program: ")
+        raise CaptureError(f"ms_aten: {program.name}: {message}")
+
+
+def family_spec(kind: str, program: Program, family: str) -> str:
+    """The primitive attribute of a program family's forward ("call") or VJP kernel."""
+    return (f"family {kind} {quote(program.name, safe='')} {family} {program.n_weights} "
+            f"{len(program.signature.shapes)}")
 
 
 def example_like(signature: Signature) -> tuple[torch.Tensor, ...]:

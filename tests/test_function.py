@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from mindspore import nn
 
 import ms_aten
+from ms_aten.program import Signature
 
-from common import MODES, OpCell, assert_same, run, set_mode, to_ms, to_torch
+from common import MODES, BridgeKernel, OpCell, assert_same, run, set_mode, to_ms, to_torch
 
 
 def quantize(x: torch.Tensor) -> torch.Tensor:
@@ -117,13 +118,17 @@ def test_random_function_returns_the_rng_state_and_replays_it(mode):
     np.testing.assert_allclose(grad.asnumpy(), 4 * out * x.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_other_shapes_recapture_in_pynative_and_fail_clearly_in_graph():
-    op = ms_aten.function(lambda x: x.cumsum(0) * 2, (torch.randn(4, 3),))
-    x = torch.randn(7, 2)
-    assert_same(run(op, to_ms((x,)), "pynative"), x.cumsum(0) * 2)
-    with pytest.raises(ms_aten.ShapeInferenceError, match=r"captured for inputs "
-                       r"\(float32\[4, 3\]\) and got \(float32\[7, 2\]\)"):
-        run(op, to_ms((x,)), "graph")
+@pytest.mark.parametrize("mode", MODES)
+def test_other_shapes_are_captured_again_in_both_modes(mode):
+    op = ms_aten.function(lambda x: x.cumsum(0) * x, (torch.randn(4, 3),))
+    for x in (torch.randn(7, 2), torch.randn(4, 3), torch.randn(7, 2)):
+        assert_same(run(op, to_ms((x,)), mode), x.cumsum(0) * x)
+        set_mode(mode)
+        grad = ms.grad(GradCell(op, 1))(*to_ms((x,)))  # of sum(out * out)
+        leaf = x.clone().requires_grad_()
+        out = leaf.cumsum(0) * leaf
+        expected = torch.autograd.grad((out * out).sum(), leaf)[0]
+        np.testing.assert_allclose(grad.asnumpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_torch_library_op_inside_a_function():
@@ -169,3 +174,19 @@ def test_second_order_through_a_program_is_a_clear_error(mode):
     xt = to_torch(x).requires_grad_()
     (torch.tanh(xt) * xt).sum().backward()
     np.testing.assert_allclose(ms.grad(_SumOf(op))(x).asnumpy(), xt.grad.numpy(), rtol=1e-5)
+
+
+def test_one_kernel_runs_the_capture_registered_for_its_inputs():
+    """The library side of recapture (csrc/program_family.h), through the C API: one kernel
+    runs each signature's program, switching back and forth, and inputs nobody captured are
+    an error naming them, not a crash."""
+    op = ms_aten.function(lambda x: x * 2 + 1, (torch.zeros(2, 3),))
+    op.program_for(Signature(((4,),), (torch.float32,)))  # as a call with a [4] input would
+    with BridgeKernel(op.attrs["ms_aten_spec"]) as kernel:
+        for shape in ((2, 3), (4,), (2, 3)):
+            x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+            out = np.zeros_like(x)
+            assert kernel.launch([x, out]) == ""
+            np.testing.assert_allclose(out, x * 2 + 1, rtol=1e-6)
+        x = np.zeros(5, np.float32)
+        assert "no program was captured for inputs (float32[5])" in kernel.launch([x, x.copy()])

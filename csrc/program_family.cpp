@@ -1,0 +1,92 @@
+#include "program_family.h"
+
+#include <stdexcept>
+#include <unordered_map>
+
+#include "spec.h"
+
+namespace ms_aten {
+namespace {
+
+struct Captured {
+  std::shared_ptr<const Program> call;
+  std::shared_ptr<const Program> vjp;
+};
+
+// family id -> signature key -> its programs. Kept for the process's life: a compiled graph
+// may launch its kernel at any later time, and a program is its spec's size.
+struct Registry {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::unordered_map<std::string, Captured>> families;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+void register_programs(const std::string& id, const std::string& key, const std::string& call,
+                       const std::string& vjp) {
+  Captured captured{std::make_shared<const Program>(call), std::make_shared<const Program>(vjp)};
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.families[id][key] = std::move(captured);
+}
+
+std::string signature_key(int count, const int* ndims, const int64_t* const* shapes,
+                          const char* const* dtypes) {
+  std::string key;
+  for (int i = 0; i < count; ++i) {
+    if (i > 0) key += ", ";
+    key += dtypes[i];
+    key += '[';
+    for (int d = 0; d < ndims[i]; ++d) {
+      if (d > 0) key += ", ";
+      key += std::to_string(shapes[i][d]);
+    }
+    key += ']';
+  }
+  return key;
+}
+
+ProgramFamily::ProgramFamily(const std::string& spec) {
+  const auto parts = split(spec, ' ');
+  if (parts.size() != 6 || parts[0] != "family" || (parts[1] != "call" && parts[1] != "vjp")) {
+    throw std::invalid_argument("malformed program family spec '" + spec.substr(0, 200) +
+                                "': expected 'family <call|vjp> <name> <id> <first> <count>'");
+  }
+  vjp_ = parts[1] == "vjp";
+  name_ = unescape(parts[2]);
+  id_ = parts[3];
+  first_ = static_cast<int>(to_int(parts[4]));
+  count_ = static_cast<int>(to_int(parts[5]));
+  if (first_ < 0 || count_ < 0) throw std::invalid_argument("bad input range in '" + spec + "'");
+}
+
+std::shared_ptr<const Program> ProgramFamily::select(int nparam, const int* ndims,
+                                                     const int64_t* const* shapes,
+                                                     const char* const* dtypes) const {
+  if (first_ + count_ > nparam) {
+    throw std::invalid_argument("got " + std::to_string(nparam) + " buffers, fewer than the " +
+                                std::to_string(first_ + count_) + " inputs of the program");
+  }
+  std::string key = signature_key(count_, ndims + first_, shapes + first_, dtypes + first_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (last_ && key == last_key_) return last_;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> registry_lock(r.mutex);
+  const auto family = r.families.find(id_);
+  if (family != r.families.end()) {
+    const auto captured = family->second.find(key);
+    if (captured != family->second.end()) {
+      last_ = vjp_ ? captured->second.vjp : captured->second.call;
+      last_key_ = std::move(key);
+      return last_;
+    }
+  }
+  throw std::runtime_error("no program was captured for inputs (" + key + ")");
+}
+
+}  // namespace ms_aten

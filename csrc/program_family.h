@@ -1,0 +1,51 @@
+// One torch graph captured for several input signatures. In GRAPH mode MindSpore compiles a
+// graph per static input shape, and every compile hands its kernel the same primitive
+// attribute; so the attribute names a family, Python registers each capture in it during shape
+// inference (ms_aten_program_register, before MindSpore builds the kernel that runs it), and a
+// launch runs the program captured for its inputs' shapes and dtypes.
+//
+// Spec: family <call|vjp> <%-escaped name> <id> <first> <count>
+//   the launch's inputs [first, first + count) are the user inputs that select the program
+//   (the weights before them keep their shapes).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "program.h"
+
+namespace ms_aten {
+
+// Registers the forward and VJP programs of family `id` for the user-input signature `key`
+// (signature_key's format). Throws std::invalid_argument if a spec cannot be decoded.
+void register_programs(const std::string& id, const std::string& key, const std::string& call,
+                       const std::string& vjp);
+
+// "float32[2, 8], int64[]": the dtypes and shapes of `count` buffers, as Python writes a
+// Signature (ms_aten/program.py, Signature.describe).
+std::string signature_key(int count, const int* ndims, const int64_t* const* shapes,
+                          const char* const* dtypes);
+
+class ProgramFamily {
+ public:
+  explicit ProgramFamily(const std::string& spec);
+
+  const std::string& name() const { return name_; }
+  // The program registered for a launch's inputs; throws if there is none.
+  std::shared_ptr<const Program> select(int nparam, const int* ndims, const int64_t* const* shapes,
+                                        const char* const* dtypes) const;
+
+ private:
+  std::string name_;
+  std::string id_;
+  bool vjp_ = false;
+  int first_ = 0;
+  int count_ = 0;
+  // A compiled graph launches its kernel with one signature: remember the last one.
+  mutable std::mutex mutex_;
+  mutable std::string last_key_;
+  mutable std::shared_ptr<const Program> last_;
+};
+
+}  // namespace ms_aten

@@ -96,10 +96,11 @@ Program::Program(const std::string& spec) {
   const auto lines = split(spec, '\n');
   if (lines.empty()) fail(spec, "empty program");
   const auto header = split(lines[0], ' ');
-  if (header.size() != 6 || header[0] != "program" || (header[1] != "call" && header[1] != "vjp")) {
-    fail(lines[0], "expected 'program <call|vjp> <name> <n_inputs> <n_values> <rng>'");
+  if (header.size() != 6 || header[0] != "program" ||
+      (header[1] != "call" && header[1] != "vjp" && header[1] != "vjp2")) {
+    fail(lines[0], "expected 'program <call|vjp|vjp2> <name> <n_inputs> <n_values> <rng>'");
   }
-  is_vjp_ = header[1] == "vjp";
+  kind_ = header[1] == "call" ? Kind::kCall : header[1] == "vjp" ? Kind::kVjp : Kind::kVjp2;
   name_ = unescape(header[2]);
   n_inputs_ = static_cast<int>(to_int(header[3]));
   const int n_values = static_cast<int>(to_int(header[4]));
@@ -185,16 +186,21 @@ Program::Program(const std::string& spec) {
 }
 
 int Program::input_count(int /*nparam*/) const {
-  if (!is_vjp_) return n_inputs_;
-  return n_inputs_ + static_cast<int>(outputs_.size()) + (rng_ ? 1 : 0);
+  const int first_order = n_inputs_ + static_cast<int>(outputs_.size()) + (rng_ ? 1 : 0);
+  switch (kind_) {
+    case Kind::kCall: return n_inputs_;
+    case Kind::kVjp: return first_order;
+    case Kind::kVjp2: return first_order + n_inputs_;
+  }
+  return n_inputs_;
 }
 
 void Program::run(const std::vector<at::Tensor>& inputs,
                   const std::vector<at::Tensor>& outputs) const {
-  if (is_vjp_) {
-    vjp(inputs, outputs);
-  } else {
-    forward(inputs, outputs);
+  switch (kind_) {
+    case Kind::kCall: return forward(inputs, outputs);
+    case Kind::kVjp: return vjp(inputs, outputs);
+    case Kind::kVjp2: return vjp2(inputs, outputs);
   }
 }
 
@@ -256,25 +262,11 @@ void Program::vjp(const std::vector<at::Tensor>& inputs,
   }
   c10::AutoGradMode grad_mode(true);
   for (const auto& out : outputs) out.zero_();  // inputs without a gradient get zeros
-  std::vector<at::Tensor> values = constants_;
   std::vector<at::Tensor> wrt;
   std::vector<size_t> wrt_index;
-  for (int i = 0; i < n_inputs_; ++i) {
-    at::Tensor leaf = inputs[i].detach();
-    if (differentiate_[i] &&
-        (at::isFloatingType(leaf.scalar_type()) || at::isComplexType(leaf.scalar_type()))) {
-      leaf.requires_grad_(true);
-      leaf.mutable_grad() = outputs[i];
-      wrt.push_back(leaf);
-      wrt_index.push_back(i);
-    }
-    values[i] = leaf;
-  }
+  std::vector<at::Tensor> values = recompute(inputs, wrt, wrt_index);
   if (wrt.empty()) return;
-  std::optional<RngReplay> replay;
-  if (rng_) replay.emplace(inputs[n_inputs_ + n_out]);
-  evaluate(values);
-  replay.reset();
+  for (size_t k = 0; k < wrt.size(); ++k) wrt[k].mutable_grad() = outputs[wrt_index[k]];
   std::vector<at::Tensor> ys;
   std::vector<at::Tensor> dys;
   for (size_t k = 0; k < n_out; ++k) {
@@ -292,6 +284,81 @@ void Program::vjp(const std::vector<at::Tensor>& inputs,
     const at::Tensor& grad = wrt[k].grad();
     const at::Tensor& out = outputs[wrt_index[k]];
     if (grad.defined() && !grad.is_same(out)) copy_into_output(out, grad, wrt_index[k]);
+  }
+}
+
+std::vector<at::Tensor> Program::recompute(const std::vector<at::Tensor>& inputs,
+                                           std::vector<at::Tensor>& wrt,
+                                           std::vector<size_t>& wrt_index) const {
+  std::vector<at::Tensor> values = constants_;
+  for (int i = 0; i < n_inputs_; ++i) {
+    at::Tensor leaf = inputs[i].detach();
+    if (differentiate_[i] &&
+        (at::isFloatingType(leaf.scalar_type()) || at::isComplexType(leaf.scalar_type()))) {
+      leaf.requires_grad_(true);
+      wrt.push_back(leaf);
+      wrt_index.push_back(i);
+    }
+    values[i] = leaf;
+  }
+  if (wrt.empty()) return values;
+  std::optional<RngReplay> replay;
+  if (rng_) replay.emplace(inputs[n_inputs_ + outputs_.size()]);
+  evaluate(values);
+  return values;
+}
+
+// The second order, for gradient penalties and Hessian-vector products: the first-order
+// gradients again, with create_graph and with the incoming output gradients as leaves too, then
+// one more autograd pass of <gradients, their cotangents> back to the inputs and to those
+// output gradients. Like the VJP, it recomputes the forward and keeps nothing.
+void Program::vjp2(const std::vector<at::Tensor>& inputs,
+                   const std::vector<at::Tensor>& outputs) const {
+  const size_t n_out = outputs_.size();
+  const size_t first_cotangent = n_inputs_ + n_out + rng_;
+  if (inputs.size() != first_cotangent + n_inputs_ || outputs.size() != n_inputs_ + n_out) {
+    throw std::invalid_argument(
+        c10::str("the second-order backward expects ", first_cotangent + n_inputs_, " inputs and ",
+                 n_inputs_ + n_out, " outputs, got ", inputs.size(), " and ", outputs.size()));
+  }
+  c10::AutoGradMode grad_mode(true);
+  for (const auto& out : outputs) out.zero_();  // what nothing depends on gets zeros
+  std::vector<at::Tensor> wrt;
+  std::vector<size_t> wrt_index;
+  std::vector<at::Tensor> values = recompute(inputs, wrt, wrt_index);
+  if (wrt.empty()) return;
+  std::vector<at::Tensor> ys;
+  std::vector<at::Tensor> dys;
+  std::vector<at::Tensor> vars = wrt;          // what the second pass differentiates
+  std::vector<size_t> var_output = wrt_index;  // and the output buffer each lands in
+  for (size_t k = 0; k < n_out; ++k) {
+    const at::Tensor& y = values[outputs_[k]];
+    if (!y.requires_grad()) continue;
+    at::Tensor dy = inputs[n_inputs_ + k].detach();
+    if (at::isFloatingType(dy.scalar_type()) || at::isComplexType(dy.scalar_type())) {
+      dy.requires_grad_(true);
+      vars.push_back(dy);
+      var_output.push_back(n_inputs_ + k);
+    }
+    ys.push_back(y);
+    dys.push_back(dy);
+  }
+  if (ys.empty()) return;
+  const auto grads = torch::autograd::grad(ys, wrt, dys, /*retain_graph=*/true,
+                                           /*create_graph=*/true, /*allow_unused=*/true);
+  std::vector<at::Tensor> targets;
+  std::vector<at::Tensor> cotangents;
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    if (grads[k].defined() && grads[k].requires_grad()) {
+      targets.push_back(grads[k]);
+      cotangents.push_back(inputs[first_cotangent + wrt_index[k]]);
+    }
+  }
+  if (targets.empty()) return;  // every gradient is constant: second derivatives are zero
+  const auto second = torch::autograd::grad(targets, vars, cotangents, /*retain_graph=*/false,
+                                            /*create_graph=*/false, /*allow_unused=*/true);
+  for (size_t j = 0; j < vars.size(); ++j) {
+    if (second[j].defined()) copy_into_output(outputs[var_output[j]], second[j], var_output[j]);
   }
 }
 

@@ -1,7 +1,7 @@
 // A captured torch graph run as one kernel: a list of OpCalls (spec.h) over a table of values.
 //
 // The spec (written by ms_aten/program.py) is one line per entry, '\n'-separated:
-//   program <call|vjp> <%-escaped name> <n_inputs> <n_values> <rng: 0|1>
+//   program <call|vjp|vjp2> <%-escaped name> <n_inputs> <n_values> <rng: 0|1>
 //   s <value> <b0|b1|i<int>|f<float>>     a Python number in a Tensor slot: a 0-dim tensor marked
 //                                         as a wrapped number, so type promotion treats it as
 //                                         torch's Python arg parser does
@@ -15,7 +15,9 @@
 //   g <i,i,..>                            the inputs the VJP differentiates (may be empty)
 // Values 0 .. n_inputs-1 are the program's inputs. MindSpore's buffers, in order:
 //   call: inputs, then one buffer per output, then the RNG state (rng = 1);
-//   vjp:  inputs, one gradient per output, the RNG state (rng = 1); then one gradient per input.
+//   vjp:  inputs, one gradient per output, the RNG state (rng = 1); then one gradient per input;
+//   vjp2: the vjp's inputs, one cotangent per gradient the vjp returns; then one gradient per
+//         input and one per output gradient (the second order: the vjp differentiated).
 // With rng = 1 the forward records torch's CPU generator state before it runs, and the VJP,
 // which recomputes the forward under autograd, replays it: dropout's backward sees the
 // forward's mask.
@@ -36,7 +38,7 @@ class Program {
   const std::string& name() const { return name_; }
   // The number of MindSpore inputs of a launch with `nparam` buffers.
   int input_count(int nparam) const;
-  // The forward or the VJP, as the spec's kind says.
+  // The forward, the VJP or its own VJP, as the spec's kind says.
   void run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
 
  private:
@@ -49,11 +51,18 @@ class Program {
 
   void forward(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
   void vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
+  void vjp2(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
+  // The forward again under autograd (replaying the RNG state): every differentiable input a
+  // leaf that requires grad, listed in `wrt` (their input indices in `wrt_index`). Returns the
+  // value table, outputs included; runs nothing when no input is differentiable.
+  std::vector<at::Tensor> recompute(const std::vector<at::Tensor>& inputs,
+                                    std::vector<at::Tensor>& wrt,
+                                    std::vector<size_t>& wrt_index) const;
   // Runs every node on `values` (inputs and constants set), leaving the outputs in it.
   void evaluate(std::vector<at::Tensor>& values) const;
 
   std::string name_;
-  bool is_vjp_ = false;
+  enum class Kind { kCall, kVjp, kVjp2 } kind_ = Kind::kCall;
   bool rng_ = false;
   int n_inputs_ = 0;
   std::vector<at::Tensor> constants_;  // n_values long; defined where a constant lives

@@ -11,6 +11,7 @@ namespace {
 struct Captured {
   std::shared_ptr<const Program> call;
   std::shared_ptr<const Program> vjp;
+  std::shared_ptr<const Program> vjp2;  // the vjp's spec run as its own backward
 };
 
 // family id -> signature key -> its programs. Kept for the process's life: a compiled graph
@@ -29,7 +30,13 @@ Registry& registry() {
 
 void register_programs(const std::string& id, const std::string& key, const std::string& call,
                        const std::string& vjp) {
-  Captured captured{std::make_shared<const Program>(call), std::make_shared<const Program>(vjp)};
+  const std::string vjp_header = "program vjp ";
+  if (vjp.rfind(vjp_header, 0) != 0) {
+    throw std::invalid_argument("a family's backward spec must start with '" + vjp_header + "'");
+  }
+  Captured captured{
+      std::make_shared<const Program>(call), std::make_shared<const Program>(vjp),
+      std::make_shared<const Program>("program vjp2 " + vjp.substr(vjp_header.size()))};
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.families[id][key] = std::move(captured);
@@ -53,11 +60,12 @@ std::string signature_key(int count, const int* ndims, const int64_t* const* sha
 
 ProgramFamily::ProgramFamily(const std::string& spec) {
   const auto parts = split(spec, ' ');
-  if (parts.size() != 6 || parts[0] != "family" || (parts[1] != "call" && parts[1] != "vjp")) {
+  if (parts.size() != 6 || parts[0] != "family" ||
+      (parts[1] != "call" && parts[1] != "vjp" && parts[1] != "vjp2")) {
     throw std::invalid_argument("malformed program family spec '" + spec.substr(0, 200) +
-                                "': expected 'family <call|vjp> <name> <id> <first> <count>'");
+                                "': expected 'family <call|vjp|vjp2> <name> <id> <first> <count>'");
   }
-  vjp_ = parts[1] == "vjp";
+  kind_ = parts[1];
   name_ = unescape(parts[2]);
   id_ = parts[3];
   first_ = static_cast<int>(to_int(parts[4]));
@@ -81,7 +89,8 @@ std::shared_ptr<const Program> ProgramFamily::select(int nparam, const int* ndim
   if (family != r.families.end()) {
     const auto captured = family->second.find(key);
     if (captured != family->second.end()) {
-      last_ = vjp_ ? captured->second.vjp : captured->second.call;
+      const Captured& c = captured->second;
+      last_ = kind_ == "call" ? c.call : kind_ == "vjp" ? c.vjp : c.vjp2;
       last_key_ = std::move(key);
       return last_;
     }

@@ -4,7 +4,7 @@
 // inference (ms_aten_program_register, before MindSpore builds the kernel that runs it), and a
 // launch runs the program captured for its inputs' shapes and dtypes.
 //
-// Spec: family <call|vjp> <%-escaped name> <id> <first> <count>
+// Spec: family <call|vjp|vjp2> <%-escaped name> <id> <first> <count>
 //   the launch's inputs [first, first + count) are the user inputs that select the program
 //   (the weights before them keep their shapes).
 #pragma once
@@ -18,7 +18,8 @@
 namespace ms_aten {
 
 // Registers the forward and VJP programs of family `id` for the user-input signature `key`
-// (signature_key's format). Throws std::invalid_argument if a spec cannot be decoded.
+// (signature_key's format), and the VJP's own backward (vjp2) from the VJP's spec. Throws
+// std::invalid_argument if a spec cannot be decoded.
 void register_programs(const std::string& id, const std::string& key, const std::string& call,
                        const std::string& vjp);
 
@@ -39,7 +40,7 @@ class ProgramFamily {
  private:
   std::string name_;
   std::string id_;
-  bool vjp_ = false;
+  std::string kind_;  // call, vjp or vjp2 (program.h)
   int first_ = 0;
   int count_ = 0;
   // A compiled graph launches its kernel with one signature: remember the last one.

@@ -11,7 +11,7 @@ from mindspore.common import dtype as mstype
 from . import _lib, dtypes
 from .binding import SPEC_ATTR
 from .grad import with_arity
-from .infer import ShapeInferenceError, flatten_infer_args
+from .infer import ShapeInferenceError, flatten_infer_args, graph_mode
 from .op import unique_id
 from .program import (
     RNG_STATE_BYTES,
@@ -38,6 +38,7 @@ class ProgramVjp(ops.Custom):
 
     def __init__(self, program: Program, family: str):
         self.program = program
+        self.family = family
         super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
                          out_dtype=self._unused, func_type="aot")
         self.add_prim_attr(SPEC_ATTR, family_spec("vjp", program, family))
@@ -45,27 +46,81 @@ class ProgramVjp(ops.Custom):
 
     def __infer__(self, *args: dict) -> dict:
         shapes, types = flatten_infer_args(args)
-        n_in = self.program.n_inputs
-        if n_in == 1:
-            return {"shape": shapes[0], "dtype": types[0], "value": None}
-        return {"shape": tuple(shapes[:n_in]), "dtype": tuple(types[:n_in]), "value": None}
+        return _infer_leading(shapes, types, self.program.n_inputs)
 
     def get_bprop(self) -> Callable:
-        """A bprop that fails when a gradient of a gradient runs through it. MindSpore may ask
-        for it while compiling a first-order gradient, which must go on working, so only
+        """The second order: one more launch, ProgramVjp2, differentiating this backward with
+        respect to the program's inputs and its incoming output gradients. GRAPH mode only:
+        in PYNATIVE, MindSpore's tape does not lead from a Custom op's bprop back to the
+        Parameters it read, so a weight's second-order gradient would come out as zeros; the
+        bprop refuses there, when it runs (MindSpore asks for it for first orders too)."""
+        program = self.program
+        n_in, n_out = program.n_inputs, program.n_outputs
+        if not graph_mode():
+            message = (f"ms_aten: {program.name} (backward): a gradient of a gradient through "
+                       f"a whole program needs GRAPH mode (a Cell in GRAPH mode, or ms.jit); "
+                       f"in PYNATIVE, MindSpore would give its weights zero gradients")
+
+            def refuse(inputs: tuple, out, dout):
+                raise RuntimeError(message)
+
+            return with_arity(n_in + n_out + program.random, refuse)
+        vjp2 = ProgramVjp2(program, self.family)
+
+        def gradients(inputs: tuple, out, dout):
+            cotangents = (dout,) if n_in == 1 else tuple(dout)
+            grads = vjp2(*inputs, *cotangents)
+            grads = (grads,) if n_in + n_out == 1 else tuple(grads)
+            if program.random:  # the RNG state, an integer input, gets a zero gradient
+                return grads + (ops.zeros_like(inputs[n_in + n_out]),)
+            return grads
+
+        return with_arity(n_in + n_out + program.random, gradients)
+
+    def _unused(self, *args):
+        raise AssertionError("unreachable: ProgramVjp.__infer__ infers shapes")
+
+
+class ProgramVjp2(ops.Custom):
+    """The backward of a program's backward in one launch (Program::vjp2): gradient penalties
+    and Hessian-vector products through a whole model. Inputs: ProgramVjp's inputs, then one
+    cotangent per program input. Outputs: one gradient per program input, then one per output
+    gradient ProgramVjp took."""
+
+    def __init__(self, program: Program, family: str):
+        self.program = program
+        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
+                         out_dtype=self._unused, func_type="aot")
+        self.add_prim_attr(SPEC_ATTR, family_spec("vjp2", program, family))
+        self.add_prim_attr("ms_aten_uid", unique_id())
+
+    def __infer__(self, *args: dict) -> dict:
+        shapes, types = flatten_infer_args(args)
+        return _infer_leading(shapes, types, self.program.n_inputs + self.program.n_outputs)
+
+    def get_bprop(self) -> Callable:
+        """A bprop that fails when a third-order gradient runs through it. MindSpore may ask
+        for it while compiling a second-order gradient, which must go on working, so only
         running it raises."""
-        message = (f"ms_aten: {self.program.name} (backward): gradients of order 2 through a "
-                   f"whole program are not supported; build the function from ms_aten.op "
-                   f"calls, which differentiate to any order")
+        program = self.program
+        message = (f"ms_aten: {program.name} (second-order backward): gradients of order 3 "
+                   f"through a whole program are not supported; build the function from "
+                   f"ms_aten.op calls, which differentiate to any order")
 
         def refuse(inputs: tuple, out, dout):
             raise RuntimeError(message)
 
-        n_vjp_inputs = self.program.n_inputs + self.program.n_outputs + self.program.random
-        return with_arity(n_vjp_inputs, refuse)
+        return with_arity(2 * program.n_inputs + program.n_outputs + program.random, refuse)
 
     def _unused(self, *args):
-        raise AssertionError("unreachable: ProgramVjp.__infer__ infers shapes")
+        raise AssertionError("unreachable: ProgramVjp2.__infer__ infers shapes")
+
+
+def _infer_leading(shapes: list, types: list, n: int) -> dict:
+    """Outputs shaped and typed like the first n inputs (a Tensor when n is 1)."""
+    if n == 1:
+        return {"shape": shapes[0], "dtype": types[0], "value": None}
+    return {"shape": tuple(shapes[:n]), "dtype": tuple(types[:n]), "value": None}
 
 
 def make_program_bprop(program: Program, family: str) -> Callable:

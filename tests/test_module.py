@@ -8,7 +8,7 @@ import models
 import numpy as np
 import pytest
 import torch
-from mindspore import nn
+from mindspore import nn, ops
 
 import ms_aten
 from ms_aten import to_ms, to_torch
@@ -194,6 +194,49 @@ def test_other_input_shapes_are_captured_again_in_both_modes(mode):
         np.testing.assert_allclose(cell(to_ms(x)).asnumpy(),
                                    models.logits(module(x)).detach().numpy(), rtol=1e-4,
                                    atol=1e-6)
+
+
+class _GradientPenalty(nn.Cell):
+    """WGAN-GP's penalty: mean over samples of (|d critic(x) / dx| - 1)^2."""
+
+    def __init__(self, critic: nn.Cell):
+        super().__init__()
+        self.input_grad = ms.grad(_Summed(critic))
+
+    def construct(self, x):
+        g = self.input_grad(x)
+        return ((ops.sqrt((g * g).sum(axis=1)) - 1) ** 2).mean()
+
+
+class _Summed(nn.Cell):
+    def __init__(self, net: nn.Cell):
+        super().__init__()
+        self.net = net
+
+    def construct(self, x):
+        return self.net(x).sum()
+
+
+def test_gradient_penalty_through_a_module_matches_torch_in_graph_mode():
+    """A gradient of an input gradient with respect to the weights: the second order through
+    the whole program, against torch's create_graph. (PYNATIVE refuses second orders through
+    a program: test_function.py.)"""
+    torch.manual_seed(0)
+    critic = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    x = torch.randn(5, 6)
+    set_mode("graph")
+    cell = ms_aten.module(copy.deepcopy(critic), (x,))
+    value, grads = ms.value_and_grad(_GradientPenalty(cell), None, cell.trainable_params())(
+        to_ms(x))
+    leaf = x.clone().requires_grad_()
+    g = torch.autograd.grad(critic(leaf).sum(), leaf, create_graph=True)[0]
+    penalty = ((g.norm(dim=1) - 1) ** 2).mean()
+    penalty.backward()
+    np.testing.assert_allclose(float(value), penalty.item(), rtol=1e-5)
+    assert critic[2].bias.grad is None  # the penalty does not depend on the last bias
+    critic[2].bias.grad = torch.zeros(1)
+    for grad, param in zip(grads, critic.parameters(), strict=True):
+        np.testing.assert_allclose(grad.asnumpy(), param.grad.numpy(), rtol=1e-4, atol=1e-6)
 
 
 def test_unknown_sizes_in_graph_mode_are_refused_by_name():

@@ -42,7 +42,8 @@ class AtenOp(CppInferred):
     fake tensors (fake_infer.py): calls with Python numbers (the C++ hook sees no numbers),
     ops that return nothing, and static-shape calls whose fake run disagrees with the library's
     meta run (CPU's native_batch_norm returns empty saved statistics in eval mode, its meta
-    function says [C]). MindSpore reads the attribute at each inference, right after __check__.
+    function says [C]) or that the library cannot size (ops without a meta kernel, geqrf).
+    MindSpore reads the attribute at each inference, right after __check__.
 
     Call patterns (pattern.py). The op spec (a primitive attribute, read once per kernel) and,
     in GRAPH mode, the bprop's arity depend on how a call fills the op's tensor slots: Python
@@ -141,8 +142,15 @@ class AtenOp(CppInferred):
                     raise
         if not python:
             self.check_count(shapes)
-            library = infer_outputs(self.attrs[SPEC_ATTR], shapes, types, self.attrs[SITE_ATTR])
-            python = fake is not None and [list(s) for s in fake[0]] != library[0]
+            try:
+                library = infer_outputs(self.attrs[SPEC_ATTR], shapes, types,
+                                        self.attrs[SITE_ATTR])
+            except ShapeInferenceError:  # no meta kernel (geqrf): the fake run sized it
+                if fake is None:
+                    raise
+                library = None
+            python = fake is not None and (library is None
+                                           or [list(s) for s in fake[0]] != library[0])
         if python:
             if CPP_SHAPES in self.attrs:
                 self.del_prim_attr(CPP_SHAPES)

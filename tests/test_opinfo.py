@@ -1,13 +1,15 @@
 """A fast subset of the OpInfo oracle (ms_aten/testing/opinfo.py) for CI.
 
-Each test runs one float32 OpInfo sample, named by its OpInfo key and its position among that
-OpInfo's in-scope samples, through ms_aten in PYNATIVE and GRAPH mode and compares it with
-torch eager: the forward for about 30 common ops, the gradient for about 15. The full sweep is
+Each test runs one OpInfo sample, named by its OpInfo key and its position among that OpInfo's
+in-scope samples, through ms_aten in PYNATIVE and GRAPH mode and compares it with torch eager:
+in float32, the forward for about 40 common ops and the gradient for about 20; in a few other
+dtypes, the checks of that dtype (the gradient in float64 too). The full sweep is
 scripts/opinfo_report.py.
 """
 from __future__ import annotations
 
 import pytest
+import torch
 
 from ms_aten.testing import opinfo as oracle
 
@@ -27,19 +29,28 @@ GRADIENT = {
     "addmm": 1, "nn.functional.conv2d": 1, "nn.functional.layer_norm": 1, "cat": 1, "gather": 1,
 }
 
+# (OpInfo key, dtype) -> how many of its leading in-scope samples get that dtype's checks.
+# int32 sums to int64 and integer division floors; float64 has tighter tolerances.
+DTYPED = {
+    ("sum", torch.int32): 1, ("div.floor_rounding", torch.int64): 1,
+    ("mul", torch.float64): 1, ("softmax", torch.float64): 1,
+}
+
 
 def _params(table: dict[str, int]) -> list:
     return [pytest.param(key, i, id=f"{key}-{i}") for key, n in table.items() for i in range(n)]
 
 
-def _assert_passes(key: str, position: int, checks: tuple[str, ...]) -> None:
-    cases = oracle.in_scope_cases(key)
-    assert position < len(cases), f"{key} has only {len(cases)} in-scope samples"
+def _assert_passes(key: str, position: int, checks: tuple[str, ...],
+                   dtype: torch.dtype = torch.float32) -> None:
+    cases = oracle.in_scope_cases(key, dtype)
+    assert position < len(cases), f"{key} has only {len(cases)} in-scope {dtype} samples"
     result = oracle.check_case(cases[position], checks)
     assert result.scope is None, f"{key} sample {result.index} went out of scope: {result.scope}"
+    assert set(result.checks) == set(checks), f"checks run: {sorted(result.checks)}"
     failures = {name: f"{outcome.status}: {outcome.reason}"
                 for name, outcome in result.checks.items() if outcome.status != oracle.PASS}
-    assert not failures, f"{result.aten} (sample {result.index} of {key}): {failures}"
+    assert not failures, f"{result.aten} (sample {result.index} of {key}, {dtype}): {failures}"
 
 
 @pytest.mark.parametrize("key, position", _params(FORWARD))
@@ -50,3 +61,10 @@ def test_forward(key: str, position: int) -> None:
 @pytest.mark.parametrize("key, position", _params(GRADIENT))
 def test_gradient(key: str, position: int) -> None:
     _assert_passes(key, position, oracle.GRAD_CHECKS)
+
+
+@pytest.mark.parametrize("key, dtype, position", [
+    pytest.param(key, dtype, i, id=f"{key}-{oracle.dtype_name(dtype)}-{i}")
+    for (key, dtype), n in DTYPED.items() for i in range(n)])
+def test_dtype(key: str, dtype: torch.dtype, position: int) -> None:
+    _assert_passes(key, position, oracle.checks_for(dtype), dtype)

@@ -90,6 +90,12 @@ def test_histograms_have_static_shapes_in_both_modes(mode, name, constants, inpu
     assert_same(run(ms_aten.op(name, **constants), to_ms(inputs), mode), reference(*inputs))
 
 
+def test_an_op_without_a_meta_kernel_has_static_shapes_in_both_modes(mode):
+    # aten::geqrf has no meta kernel: the C++ hook cannot size it, torch's fake tensors can.
+    x = torch.randn(5, 3, generator=g)
+    assert_same(run(ms_aten.op("geqrf"), (to_ms(x),), mode), tuple(torch.geqrf(x)))
+
+
 def test_the_same_op_is_refused_in_graph_mode_and_runs_again_in_pynative():
     op = ms_aten.op("nonzero")
     with pytest.raises(ms_aten.infer.ValueDependentError, match=r"nonzero_static"):

@@ -1,13 +1,14 @@
 """OpInfo oracle: how much of ATen runs correctly through ms_aten.
 
 The oracle walks PyTorch's OpInfo database (`common_methods_invocations.op_db`), takes each
-OpInfo's float32 CPU sample inputs and finds out which ATen op each sample reaches, by running
+OpInfo's CPU sample inputs in a dtype (float32 unless asked for another) and finds out which
+ATen op each sample reaches, by running
 `opinfo.op(sample.input, *sample.args, **sample.kwargs)` under a TorchDispatchMode that records
 every OpOverload dispatched to it, with autograd off (torch.no_grad) so that autograd's own
 bookkeeping (the aten::detach of a saved output) is not recorded.
 
 Scope criterion (exact). A sample is in scope when all of these hold:
-  1. the OpInfo has float32 CPU support and the sample's call runs in torch;
+  1. the OpInfo supports the dtype on CPU and the sample's call runs in torch;
   2. the recording mode sees exactly one OpOverload call in total (not zero, as for a
      dropout with p=0; not several, as for CompositeImplicit decompositions);
   3. that overload's schema has no mutable argument (no in-place, out= or running-stat op)
@@ -16,8 +17,10 @@ Scope criterion (exact). A sample is in scope when all of these hold:
   5. the overload runs in torch on compact (contiguous, offset-free) copies of its tensor
      arguments, which is what MindSpore tensors are (an as_strided that reaches into the
      storage of a view does not);
-  6. its tensors, inputs plus torch's outputs, hold at most MAX_ELEMENTS elements.
-Every out-of-scope sample keeps the reason.
+  6. its tensors, inputs plus torch's outputs, hold at most MAX_ELEMENTS elements;
+  7. none of its tensors, inputs or outputs, nor a dtype argument has a dtype MindSpore lacks
+     (complex32, the float8 types, ...: the dtypes outside ms_aten.dtypes' table).
+Every out-of-scope sample keeps the reason. Dtypes MindSpore lacks are not swept at all.
 
 An in-scope call is mapped onto ms_aten with the overload's schema: Tensor-typed arguments
 (Tensor, Tensor?, Tensor[] as a tuple, Tensor?[]) become call-time inputs in schema order,
@@ -25,15 +28,19 @@ everything else becomes a constant by schema name (a None or absent Tensor? is t
 None), and `ms_aten.op("ns::name.overload", **constants)` runs on MindSpore copies of the
 same data, in PYNATIVE mode and in GRAPH mode (inside an nn.Cell). Its outputs are compared
 with the torch eager result of the same overload on the same data (torch.testing.assert_close
-with its per-dtype default tolerances, e.g. rtol=1.3e-6, atol=1e-5 for float32; NaNs equal;
-dtypes and shapes must match). Random ops are compared after reseeding torch's global
-generator before each run; for ops whose values are not defined (aten::*empty*: uninitialized
-memory) or that torch does not reproduce from one seed, only shapes and dtypes are compared.
+with its per-dtype default tolerances, `tolerances(dtype)`: rtol 1.3e-6, atol 1e-5 for float32
+and complex64, 1e-7 and 1e-7 for float64 and complex128, 1e-3 and 1e-5 for float16, 1.6e-2
+and 1e-5 for bfloat16, exact for integers and bool; NaNs equal; dtypes and shapes must match).
+Random ops are compared after reseeding torch's global generator before each run; for ops
+whose values are not defined (aten::*empty*: uninitialized memory) or that torch does not
+reproduce from one seed, only shapes and dtypes are compared.
 
 The gradient check (for OpInfos that support autograd, when the torch reference has a
 derivative) differentiates L = sum_i sum(out_i * w_i) over the floating outputs out_i, with
 fixed random cotangents w_i, with respect to the inputs the OpInfo sample marks requires_grad:
-ms.grad in both modes against torch.autograd.grad.
+ms.grad in both modes against torch.autograd.grad. It runs for samples of GRAD_DTYPES (float32
+and float64) only; samples of other dtypes are drawn without requires_grad and get the forward
+checks alone.
 
 Each check ends as one Outcome: pass, fail-mismatch, fail-error (exception type and first
 line) or skipped (reason). `sweep` runs OpInfos in a worker process with a per-sample time
@@ -47,7 +54,7 @@ import re
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any
@@ -60,6 +67,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import ms_aten  # noqa: I001  (imports torch first, then loads the bridge library)
 
+from ..dtypes import TORCH_TO_MS
 from . import flat, regroup, to_ms, to_torch
 
 ms.set_device("CPU")
@@ -74,6 +82,8 @@ MODES = {"pynative": ms.PYNATIVE_MODE, "graph": ms.GRAPH_MODE}
 FORWARD_CHECKS = ("forward/pynative", "forward/graph")
 GRAD_CHECKS = ("grad/pynative", "grad/graph")
 CHECKS = FORWARD_CHECKS + GRAD_CHECKS
+DTYPES = tuple(TORCH_TO_MS)  # the dtypes a sweep can check: those MindSpore has
+GRAD_DTYPES = (torch.float32, torch.float64)  # the dtypes whose samples get the gradient checks
 
 Input = torch.Tensor | tuple  # a tensor, or a tuple of tensors for a Tensor[] argument
 OpInfo = Any  # torch.testing._internal.opinfo.core.OpInfo
@@ -88,6 +98,7 @@ class Outcome:
 @dataclass
 class SampleResult:
     opinfo: str  # OpInfo key: name, plus '.variant' when it has a variant_test_name
+    dtype: str  # the dtype the samples were drawn in, by name: 'float32'
     index: int  # the sample's position in opinfo.sample_inputs order
     aten: str | None  # the recorded overload, 'aten::add.Tensor', when there is exactly one
     scope: str | None  # None when in scope, else why not
@@ -97,7 +108,10 @@ class SampleResult:
 
 @dataclass(frozen=True)
 class OpInfoSkipped:
+    """An OpInfo without samples in a dtype."""
+
     opinfo: str
+    dtype: str
     reason: str
 
 
@@ -113,6 +127,7 @@ class Case:
     """One sample of one OpInfo, recorded; `call` is set when it reached a single op."""
 
     opinfo: str
+    dtype: torch.dtype
     index: int
     supports_autograd: bool
     scope: str | None
@@ -145,6 +160,52 @@ def opinfo_key(info: OpInfo) -> str:
     return info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_named(name: str) -> torch.dtype:
+    """The torch dtype of a name ('float64'); ValueError if MindSpore lacks it."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"torch has no dtype {name!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"MindSpore has no dtype {name!r}; sweepable: "
+                         + ", ".join(map(dtype_name, DTYPES)))
+    return dtype
+
+
+def lacking_dtype(values: Iterable[Any]) -> str | None:
+    """The name of the first dtype MindSpore lacks among these tensors' dtypes and dtype values,
+    or None."""
+    for value in values:
+        dtype = value.dtype if isinstance(value, torch.Tensor) else value
+        if isinstance(dtype, torch.dtype) and dtype not in DTYPES:
+            return dtype_name(dtype)
+    return None
+
+
+def lacking_dtype_support() -> dict[str, int]:
+    """For each dtype MindSpore lacks, the number of OpInfos supporting it on CPU."""
+    counts: dict[str, int] = {}
+    for info in opinfos().values():
+        for dtype in info.supported_dtypes("cpu"):
+            if dtype not in DTYPES:
+                counts[dtype_name(dtype)] = counts.get(dtype_name(dtype), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def tolerances(dtype: torch.dtype) -> tuple[float, float]:
+    """(rtol, atol): torch.testing.assert_close's defaults for the dtype, which compare uses."""
+    from torch.testing._comparison import default_tolerances
+    return default_tolerances(dtype)
+
+
+def checks_for(dtype: torch.dtype) -> tuple[str, ...]:
+    """The checks a sample of this dtype gets: gradients only in GRAD_DTYPES."""
+    return CHECKS if dtype in GRAD_DTYPES else FORWARD_CHECKS
+
+
 def overload_name(func: torch._ops.OpOverload) -> str:
     schema = func._schema
     return schema.name + (f".{schema.overload_name}" if schema.overload_name else "")
@@ -171,6 +232,9 @@ def scope_of_calls(calls: Sequence[RecordedCall]) -> str | None:
         return f"its op returns {returned} ({names[0]})"
     if any(t.layout != torch.strided for t in _call_tensors(calls[0])):
         return f"it passes a sparse tensor, which MindSpore cannot hold ({names[0]})"
+    lacking = lacking_dtype([*_call_tensors(calls[0]), *calls[0].args, *calls[0].kwargs.values()])
+    if lacking:
+        return f"it passes {lacking}, a dtype MindSpore lacks ({names[0]})"
     return None
 
 
@@ -194,31 +258,25 @@ def record_sample(info: OpInfo, sample) -> tuple[list[RecordedCall], str | None]
     return recorder.calls, None
 
 
-def opinfo_skip_reason(info: OpInfo) -> str | None:
-    if torch.float32 not in info.supported_dtypes("cpu"):
-        return "no float32 support on CPU"
-    return None
-
-
-def record_cases(key: str) -> list[Case]:
-    """Every float32 CPU sample of an OpInfo, recorded and scoped; ValueError if none can be."""
+def record_cases(key: str, dtype: torch.dtype = torch.float32) -> list[Case]:
+    """Every CPU sample of an OpInfo in a dtype, recorded and scoped; ValueError if none can be.
+    Samples of GRAD_DTYPES are drawn with requires_grad where the OpInfo supports autograd."""
     info = opinfos()[key]
-    reason = opinfo_skip_reason(info)
-    if reason is not None:
-        raise ValueError(reason)
+    if dtype not in info.supported_dtypes("cpu"):
+        raise ValueError("no CPU support for the dtype")
+    requires_grad = info.supports_autograd and dtype in GRAD_DTYPES
     torch.manual_seed(SEED)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            samples = list(info.sample_inputs("cpu", torch.float32,
-                                              requires_grad=info.supports_autograd))
+            samples = list(info.sample_inputs("cpu", dtype, requires_grad=requires_grad))
     except Exception as error:  # noqa: BLE001
         raise ValueError(f"sample generation fails ({describe(error)})") from error
     cases = []
     for index, sample in enumerate(samples):
         calls, reason = record_sample(info, sample)
         reason = reason or scope_of_calls(calls)
-        cases.append(Case(key, index, info.supports_autograd, reason,
+        cases.append(Case(key, dtype, index, info.supports_autograd, reason,
                           calls[0] if len(calls) == 1 else None))
     return cases
 
@@ -236,9 +294,10 @@ def apply_cap(cases: list[Case], cap: int) -> list[Case]:
 
 
 @cache
-def in_scope_cases(key: str) -> tuple[Case, ...]:
-    """The in-scope cases of an OpInfo, in sample order (for tests that name them by position)."""
-    return tuple(c for c in record_cases(key) if c.scope is None)
+def in_scope_cases(key: str, dtype: torch.dtype = torch.float32) -> tuple[Case, ...]:
+    """The in-scope cases of an OpInfo in a dtype, in sample order (for tests that name them by
+    position)."""
+    return tuple(c for c in record_cases(key, dtype) if c.scope is None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,10 +570,11 @@ def _no_progress(name: str, outcome: Outcome | None) -> None:
 
 def check_case(case: Case, checks: Sequence[str] = CHECKS,
                progress: Progress = _no_progress) -> SampleResult:
-    """Run the requested checks on an in-scope case; every failure becomes an Outcome.
-    `progress` hears of each check as it starts and ends."""
+    """Run the requested checks that apply to the case's dtype (checks_for) on an in-scope case;
+    every failure becomes an Outcome. `progress` hears of each check as it starts and ends."""
     start = time.perf_counter()
-    result = SampleResult(case.opinfo, case.index,
+    checks = [name for name in checks if name in checks_for(case.dtype)]
+    result = SampleResult(case.opinfo, dtype_name(case.dtype), case.index,
                           overload_name(case.call.func) if case.call else None, case.scope)
     if case.scope is None:
         try:
@@ -545,6 +605,10 @@ def _checks(case: Case, checks: Sequence[str], result: SampleResult,
         return
     if any(t.layout != torch.strided for t in expected):
         result.scope = f"it returns a sparse tensor, which MindSpore cannot hold ({bound.name})"
+        return
+    lacking = lacking_dtype(expected)
+    if lacking:
+        result.scope = f"it returns {lacking}, a dtype MindSpore lacks ({bound.name})"
         return
     size = sum(t.numel() for t in flat(bound.inputs) + expected)
     if size > MAX_ELEMENTS:
@@ -577,14 +641,15 @@ def _checks(case: Case, checks: Sequence[str], result: SampleResult,
 # Sweeping op_db in a worker process
 
 
-def opinfo_results(key: str, cap: int, start: int = 0,
+def opinfo_results(key: str, dtype: torch.dtype, cap: int, start: int = 0,
                    on_begin: Callable[[Case], None] = lambda case: None,
                    progress: Progress = _no_progress) -> Iterator[SampleResult | OpInfoSkipped]:
-    """Results of one OpInfo's samples from sample index `start` on, or one OpInfoSkipped."""
+    """Results of one OpInfo's samples in a dtype from sample index `start` on, or one
+    OpInfoSkipped."""
     try:
-        cases = apply_cap(record_cases(key), cap)
+        cases = apply_cap(record_cases(key, dtype), cap)
     except ValueError as error:
-        yield OpInfoSkipped(key, str(error))
+        yield OpInfoSkipped(key, dtype_name(dtype), str(error))
         return
     for case in cases[start:]:
         if case.scope is None:
@@ -592,9 +657,10 @@ def opinfo_results(key: str, cap: int, start: int = 0,
         yield check_case(case, CHECKS, progress)
 
 
-def _worker(conn, cap: int) -> None:
-    """Runs (key, start) jobs from the pipe; sends ('begin', (index, aten)), ('check', (name,
-    outcome or None)) and ('result', item) messages, then ('end', None) per job."""
+def _worker(conn) -> None:
+    """Runs (key, dtype, cap, start) jobs from the pipe; sends ('begin', (index, aten)),
+    ('check', (name, outcome or None)) and ('result', item) messages, then ('end', None) per
+    job."""
     workdir = os.path.join(tempfile.gettempdir(), "opinfo_oracle_worker")
     os.makedirs(workdir, exist_ok=True)
     os.chdir(workdir)  # MindSpore writes rank_0/ files (analyze_fail.ir) to the working dir
@@ -603,13 +669,13 @@ def _worker(conn, cap: int) -> None:
         job = conn.recv()
         if job is None:
             return
-        key, start = job
+        key, dtype, cap, start = job
 
         def on_begin(case: Case) -> None:
             assert case.call is not None  # in scope
             conn.send(("begin", (case.index, overload_name(case.call.func))))
 
-        items = opinfo_results(key, cap, start, on_begin=on_begin,
+        items = opinfo_results(key, dtype, cap, start, on_begin=on_begin,
                                progress=lambda name, outcome: conn.send(("check", (name, outcome))))
         for item in items:
             conn.send(("result", item))
@@ -619,13 +685,13 @@ def _worker(conn, cap: int) -> None:
 class _Worker:
     """A spawned process running _worker."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self) -> None:
         context = multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker, args=(child, cap), daemon=True)
+        self.process = context.Process(target=_worker, args=(child,), daemon=True)
         self.process.start()
         child.close()
-        self.jobs = 0
+        self.checked = 0  # samples it began checking
 
     def receive(self, timeout: float) -> tuple[str, Any] | None:
         """The next message, or None if the worker died or stayed silent for `timeout` s."""
@@ -647,33 +713,35 @@ class _Worker:
         self.process.join()
 
 
-def sweep(keys: Sequence[str], cap: int = DEFAULT_CAP,
+def sweep(keys: Sequence[str], caps: Sequence[tuple[torch.dtype, int]] = (
+              (torch.float32, DEFAULT_CAP),),
           sample_timeout: float = DEFAULT_SAMPLE_TIMEOUT,
-          recycle_every: int = 25) -> Iterator[SampleResult | OpInfoSkipped]:
-    """Results for every sample of the OpInfos `keys`, from a worker process that is restarted
-    after a crash or a timeout (the check in flight becomes a fail-error, the sweep resumes at
-    the next sample) and every `recycle_every` OpInfos (GRAPH mode keeps compiled Cells)."""
+          recycle_every: int = 250) -> Iterator[SampleResult | OpInfoSkipped]:
+    """Results for every sample of the OpInfos `keys` in each dtype of `caps`, (dtype, cap)
+    pairs, OpInfo by OpInfo. A worker process runs them; it is restarted after a crash or a
+    timeout (the check in flight becomes a fail-error, the sweep resumes at the next sample)
+    and once it began checking `recycle_every` samples (GRAPH mode keeps compiled Cells)."""
     worker: _Worker | None = None
     try:
         for key in keys:
-            start: int | None = 0
-            while start is not None:
-                if worker is not None and worker.jobs >= recycle_every:
-                    worker.stop()
-                    worker = None
-                worker = worker or _Worker(cap)
-                worker.jobs += 1
-                worker.conn.send((key, start))
-                start = yield from _follow(worker, key, sample_timeout)
-                if start is not None:
-                    worker.stop()
-                    worker = None
+            for dtype, cap in caps:
+                start: int | None = 0
+                while start is not None:
+                    if worker is not None and worker.checked >= recycle_every:
+                        worker.stop()
+                        worker = None
+                    worker = worker or _Worker()
+                    worker.conn.send((key, dtype, cap, start))
+                    start = yield from _follow(worker, key, dtype, sample_timeout)
+                    if start is not None:
+                        worker.stop()
+                        worker = None
     finally:
         if worker is not None:
             worker.stop()
 
 
-def _follow(worker: _Worker, key: str, timeout: float):
+def _follow(worker: _Worker, key: str, dtype: torch.dtype, timeout: float):
     """Relays one job's results; returns None when it ends, else the index to resume from
     after yielding the failure of the sample in flight."""
     begun: SampleResult | None = None
@@ -682,16 +750,19 @@ def _follow(worker: _Worker, key: str, timeout: float):
         if message is None:
             why = worker.failure(timeout)
             if begun is None:
-                yield OpInfoSkipped(key, f"the worker failed outside a sample ({why})")
+                yield OpInfoSkipped(key, dtype_name(dtype),
+                                    f"the worker failed outside a sample ({why})")
                 return None
-            yield _interrupted(begun, why)
+            yield _interrupted(begun, checks_for(dtype), why)
             return begun.index + 1
         kind, payload = message
         if kind == "end":
             return None
         if kind == "begin":
             index, aten = payload
-            begun = SampleResult(key, index, aten, None, seconds=time.perf_counter())
+            worker.checked += 1
+            begun = SampleResult(key, dtype_name(dtype), index, aten, None,
+                                 seconds=time.perf_counter())
         elif kind == "check":
             assert begun is not None  # a sample's checks follow its "begin"
             name, outcome = payload
@@ -701,11 +772,11 @@ def _follow(worker: _Worker, key: str, timeout: float):
             yield payload
 
 
-def _interrupted(begun: SampleResult, why: str) -> SampleResult:
+def _interrupted(begun: SampleResult, expected: Sequence[str], why: str) -> SampleResult:
     """The result of a sample whose worker died or hung: the check in flight failed with `why`,
-    the ones after it did not run."""
+    the ones after it, of the `expected` checks, did not run."""
     checks = {name: outcome for name, outcome in begun.checks.items() if outcome is not None}
-    for name in CHECKS:
+    for name in expected:
         if name not in checks:
             in_flight = name in begun.checks
             checks[name] = Outcome(ERROR, why) if in_flight or not begun.checks else Outcome(

@@ -37,7 +37,9 @@ def to_torch(x: Tensor) -> torch.Tensor:
     array = x.asnumpy()
     if x.dtype == ms.bfloat16:  # numpy's bfloat16 is not torch's: reinterpret the bits
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(array.astype(array.dtype.str, copy=False))
+    # numpy may hand uint64 as ulonglong, which torch refuses; astype(copy=False) keeps that
+    # type (numpy calls the two equal), a view with the canonical dtype does not.
+    return torch.from_numpy(array.view(array.dtype.str))
 
 
 def to_ms(t: torch.Tensor) -> Tensor:

@@ -65,12 +65,13 @@ at::Tensor wrapped_number(const c10::Scalar& value) {
 namespace {
 
 c10::IValue wrapped_constant(const std::string& body) {
-  if (body.empty()) throw std::invalid_argument("'W' needs a number (W then b, i or f)");
+  if (body.empty()) throw std::invalid_argument("'W' needs a number (W then b, i, f or c)");
   const c10::IValue value = constant(body);
   if (value.isBool()) return wrapped_number(value.toBool());
   if (value.isInt()) return wrapped_number(value.toInt());
   if (value.isDouble()) return wrapped_number(value.toDouble());
-  throw std::invalid_argument("'W" + body + "' is not a wrapped number (W then b, i or f)");
+  if (value.isComplexDouble()) return wrapped_number(value.toComplexDouble());
+  throw std::invalid_argument("'W" + body + "' is not a wrapped number (W then b, i, f or c)");
 }
 
 // A call-time number's wrapped tensor. Shape inference (csrc/infer.cpp) runs on meta tensors,
@@ -93,6 +94,11 @@ c10::IValue constant(const std::string& token) {
     case 'b': return c10::IValue(body == "1");
     case 'i': return c10::IValue(to_int(body));
     case 'f': return c10::IValue(to_double(body));
+    case 'c': {
+      const auto parts = split(body, ',');
+      if (parts.size() != 2) throw std::invalid_argument("bad complex token '" + token + "'");
+      return c10::IValue(c10::complex<double>(to_double(parts[0]), to_double(parts[1])));
+    }
     case 's': return c10::IValue(unescape(body));
     case 'y': return c10::IValue(ms_dtype_to_scalar_type(body.c_str()));
     case 'W': return wrapped_constant(body);

@@ -18,7 +18,8 @@
 //   b0 b1       bool            i<int>    int            f<double>  float
 //   s<%-escaped> string          I<a,b,..> int list       F<a,b,..>  float list
 //   B<0,1,..>   bool list       y<dtype>  ScalarType     d<%-esc.>  Device
-//   W<b|i|f..>  a constant number in a Tensor slot, wrapped as w<j> is
+//   c<re>,<im>  complex
+//   W<b|i|f|c..> a constant number in a Tensor slot, wrapped as w<j> is
 #pragma once
 
 #include <ATen/ATen.h>

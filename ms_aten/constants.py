@@ -69,7 +69,7 @@ def check_constant(arg, value):
                 return None
             raise ConstantError("expects a value, got None")
         if is_tensor_arg(arg):
-            if base == "Tensor" and isinstance(value, (bool, int, float)):
+            if base == "Tensor" and isinstance(value, (bool, int, float, complex)):
                 return value  # a number where torch takes a tensor: wrapped as torch wraps it
             raise ConstantError("is a tensor: pass it at call time" +
                                 (", or None here" if optional else "") +
@@ -82,9 +82,10 @@ def check_constant(arg, value):
             return value
         if base == "str" and isinstance(value, str):
             return value
-        if base == "number" and isinstance(value, (bool, numbers.Real)):  # Scalar
+        if base == "number" and isinstance(value, numbers.Complex):  # Scalar
             return value if isinstance(value, bool) else (
-                int(value) if _is_int(value) else float(value))
+                int(value) if _is_int(value) else float(value) if _is_real(value)
+                else complex(value))
         if base in ("List[int]", "List[SymInt]"):
             return _int_list(arg, value)
         if base == "List[float]" and isinstance(value, (list, tuple)) and all(map(_is_real, value)):
@@ -136,9 +137,11 @@ def encode(arg, value) -> str:
     return encode_number(value)
 
 
-def encode_number(value: bool | int | float) -> str:
+def encode_number(value: bool | int | float | complex) -> str:
     if isinstance(value, bool):
         return f"b{int(value)}"
     if isinstance(value, float):
         return "f" + repr(value)
+    if isinstance(value, complex):
+        return f"c{value.real!r},{value.imag!r}"
     return f"i{value}"

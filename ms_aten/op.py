@@ -41,8 +41,10 @@ class AtenOp(CppInferred):
     attribute is dropped for the call, and MindSpore takes __infer__'s result from a run on torch
     fake tensors (fake_infer.py): calls with Python numbers (the C++ hook sees no numbers),
     ops that return nothing, and static-shape calls whose fake run disagrees with the library's
-    meta run (CPU's native_batch_norm returns empty saved statistics in eval mode, its meta
-    function says [C]) or that the library cannot size (ops without a meta kernel, geqrf).
+    meta run on a shape or a dtype (CPU's native_batch_norm returns empty saved statistics in
+    eval mode, its meta function says [C]; CPU's native_layer_norm keeps float16 statistics,
+    its meta function says float32) or that the library cannot size (ops without a meta kernel,
+    geqrf).
     MindSpore reads the attribute at each inference, right after __check__.
 
     Call patterns (pattern.py). The op spec (a primitive attribute, read once per kernel) and,
@@ -149,8 +151,8 @@ class AtenOp(CppInferred):
                 if fake is None:
                     raise
                 library = None
-            python = fake is not None and (library is None
-                                           or [list(s) for s in fake[0]] != library[0])
+            python = fake is not None and (library is None or (
+                [list(s) for s in fake[0]], list(fake[1])) != (library[0], library[1]))
         if python:
             if CPP_SHAPES in self.attrs:
                 self.del_prim_attr(CPP_SHAPES)

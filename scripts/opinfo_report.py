@@ -239,10 +239,15 @@ def render(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+LISTED_KEYS = 40  # an update of more OpInfos names its first and last (the json has them all)
+
+
 def _update_line(update: dict, opinfos: int) -> str:
     keys = update["opinfos"]
     listed = (f"all {opinfos} OpInfos" if len(keys) >= opinfos else
-              f"{len(keys)} OpInfos: " + ", ".join(f"`{key}`" for key in keys))
+              f"{len(keys)} OpInfos: " + ", ".join(f"`{key}`" for key in keys)
+              if len(keys) <= LISTED_KEYS else
+              f"{len(keys)} OpInfos (`{keys[0]}` … `{keys[-1]}`, all named in the json)")
     verb = "Swept at the same time and merged" if update.get("merged") else "Re-swept"
     return (f"{verb} on {update['date']} (copy sha1 `{update['snapshot_sha1']}`; "
             f"{update['duration_s'] / 60:.0f} min), in {', '.join(update['dtypes'])}: {listed}.")

@@ -10,6 +10,7 @@ import ms_aten
 from common import assert_same, randn, run, to_ms
 
 X, Y, B = randn(3, 4), randn(4), randn(2, 3, 4)
+C = torch.complex(randn(3, 4), randn(3, 4))
 IDX = torch.tensor([[0, 2], [1, 3], [2, 0]])
 
 # (ms_aten name, constants, inputs, torch eager reference)
@@ -37,6 +38,9 @@ CASES = [
     ("mm", {}, (X, X.T.contiguous()), torch.mm),
     ("bmm", {}, (B, B.transpose(1, 2).contiguous()), torch.bmm),
     ("addmm", {"beta": 0.5}, (Y, X, randn(4, 4)), lambda c, a, b: torch.addmm(c, a, b, beta=0.5)),
+    ("addmm", {"beta": 0.5 - 1j, "alpha": 2j}, (C[:, :3].contiguous(), C, C.T.contiguous()),
+     lambda c, a, b: torch.addmm(c, a, b, beta=0.5 - 1j, alpha=2j)),  # complex Scalars
+    ("mul.Tensor", {"other": 1 + 2j}, (C,), lambda c: c * (1 + 2j)),  # wrapped complex number
     ("conv2d", {"padding": 1, "stride": 2}, (randn(1, 2, 5, 5), randn(3, 2, 3, 3), randn(3)),
      lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1)),
     ("embedding", {}, (randn(10, 3), IDX), lambda w, i: F.embedding(i, w)),

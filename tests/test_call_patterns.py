@@ -224,6 +224,14 @@ def test_batch_norm_in_eval_mode_has_the_cpu_kernels_empty_statistics(mode):
                 tuple(aten.native_batch_norm(x, w, b, mean, var, False, 0.1, 1e-5)))
 
 
+def test_layer_norm_in_float16_has_the_cpu_kernels_statistics_dtype(mode):
+    x, w, b = randn(2, 3, 4).half(), randn(4).half(), randn(4).half()
+    expected = aten.native_layer_norm(x, [4], w, b, 1e-5)
+    assert expected[1].dtype == torch.float16  # meta says float32; the CPU kernel float16
+    op = ms_aten.op("native_layer_norm", normalized_shape=[4], eps=1e-5)
+    assert_same(run(op, to_ms((x, w, b)), mode), tuple(expected))
+
+
 @pytest.mark.parametrize("bag_mode", [0, 1, 2])  # sum, mean, max
 def test_embedding_bag_outputs_have_the_cpu_kernels_shapes(mode, bag_mode):
     weight, indices = randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])

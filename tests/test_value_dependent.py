@@ -109,6 +109,16 @@ def test_the_static_alternative_works_in_both_modes(mode):
     assert_same(run(op, (to_ms(MASK),), mode), torch.nonzero_static(MASK, size=12))
 
 
+@pytest.mark.parametrize("dtype", [torch.uint64, torch.uint32, torch.int8])
+def test_a_value_dependent_op_takes_unsigned_dtypes(dtype):
+    # PYNATIVE only: these ops refuse GRAPH mode (above). MindSpore's uint64 arrives in numpy
+    # as ulonglong, which torch.from_numpy refuses unless it is made uint64.
+    x = torch.tensor([3, 0, 7, 3, 7, 1], dtype=dtype)
+    set_mode("pynative")
+    assert_same(ms_aten.op("_unique2", return_counts=True)(to_ms(x)),
+                tuple(torch.ops.aten._unique2(x, return_counts=True)))
+
+
 def test_a_number_in_a_value_dependent_op():
     # torch wraps the number: a float64 0-dim tensor, broadcast against the mask.
     result = run(ms_aten.op("masked_select"), (2.0, to_ms(MASK)), "pynative")

@@ -198,6 +198,7 @@ def failure_category(reason: str) -> str:
     text = re.sub(r"'[^']*'", "'…'", text)
     text = re.sub(r"\[[^\]]*\]", "[…]", text)
     text = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)
+    text = re.sub(r"-?N([-+]Nj)?", "N", text)  # signs, and complex numbers as one number
     return text.strip()[:110]
 
 
@@ -249,8 +250,10 @@ def _update_line(update: dict, opinfos: int) -> str:
               if len(keys) <= LISTED_KEYS else
               f"{len(keys)} OpInfos (`{keys[0]}` … `{keys[-1]}`, all named in the json)")
     verb = "Swept at the same time and merged" if update.get("merged") else "Re-swept"
+    note = f" ({update['note']})" if update.get("note") else ""  # added by hand to the json
     return (f"{verb} on {update['date']} (copy sha1 `{update['snapshot_sha1']}`; "
-            f"{update['duration_s'] / 60:.0f} min), in {', '.join(update['dtypes'])}: {listed}.")
+            f"{update['duration_s'] / 60:.0f} min), in {', '.join(update['dtypes'])}: "
+            f"{listed}{note}.")
 
 
 def _tolerance_text(dtypes: dict[str, int]) -> str:

@@ -31,22 +31,47 @@ def _tensor_type(dtype: torch.dtype):
     return mstype.TensorType(dtypes.to_ms(dtype))
 
 
-class ProgramVjp(ops.Custom):
+class _ProgramBackward(ops.Custom):
+    """A backward kernel of a program family (`kind`: vjp or vjp2, csrc/program.h) whose
+    first `n_results` inputs give its outputs' shapes and dtypes."""
+
+    def __init__(self, program: Program, family: str, kind: str, n_results: int):
+        self.program = program
+        self.family = family
+        self.n_results = n_results
+        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
+                         out_dtype=self._unused, func_type="aot")
+        self.add_prim_attr(SPEC_ATTR, family_spec(kind, program, family))
+        self.add_prim_attr("ms_aten_uid", unique_id())
+
+    def __infer__(self, *args: dict) -> dict:
+        shapes, types = flatten_infer_args(args)
+        n = self.n_results
+        if n == 1:
+            return {"shape": shapes[0], "dtype": types[0], "value": None}
+        return {"shape": tuple(shapes[:n]), "dtype": tuple(types[:n]), "value": None}
+
+    def _refusing_bprop(self, arity: int, message: str) -> Callable:
+        """A bprop that raises `message` when it runs. MindSpore may ask for a bprop while
+        compiling a gradient of a lower order, which must go on working, so only running it
+        raises."""
+
+        def refuse(inputs: tuple, out, dout):
+            raise RuntimeError(message)
+
+        return with_arity(arity, refuse)
+
+    def _unused(self, *args):
+        raise AssertionError("unreachable: __infer__ infers shapes")
+
+
+class ProgramVjp(_ProgramBackward):
     """The backward of a program in one launch (csrc/program.cpp, Program::vjp).
     Inputs: the program's inputs, one gradient per output, the RNG state (random programs).
     Outputs: one gradient per program input, shaped and typed like it."""
 
     def __init__(self, program: Program, family: str):
-        self.program = program
-        self.family = family
-        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
-                         out_dtype=self._unused, func_type="aot")
-        self.add_prim_attr(SPEC_ATTR, family_spec("vjp", program, family))
-        self.add_prim_attr("ms_aten_uid", unique_id())
-
-    def __infer__(self, *args: dict) -> dict:
-        shapes, types = flatten_infer_args(args)
-        return _infer_leading(shapes, types, self.program.n_inputs)
+        super().__init__(program, family, "vjp", program.n_inputs)
 
     def get_bprop(self) -> Callable:
         """The second order: one more launch, ProgramVjp2, differentiating this backward with
@@ -56,15 +81,12 @@ class ProgramVjp(ops.Custom):
         bprop refuses there, when it runs (MindSpore asks for it for first orders too)."""
         program = self.program
         n_in, n_out = program.n_inputs, program.n_outputs
+        arity = n_in + n_out + program.random
         if not graph_mode():
-            message = (f"ms_aten: {program.name} (backward): a gradient of a gradient through "
-                       f"a whole program needs GRAPH mode (a Cell in GRAPH mode, or ms.jit); "
-                       f"in PYNATIVE, MindSpore would give its weights zero gradients")
-
-            def refuse(inputs: tuple, out, dout):
-                raise RuntimeError(message)
-
-            return with_arity(n_in + n_out + program.random, refuse)
+            return self._refusing_bprop(arity, (
+                f"ms_aten: {program.name} (backward): a gradient of a gradient through a whole "
+                f"program needs GRAPH mode (a Cell in GRAPH mode, or ms.jit); in PYNATIVE, "
+                f"MindSpore would give its weights zero gradients"))
         vjp2 = ProgramVjp2(program, self.family)
 
         def gradients(inputs: tuple, out, dout):
@@ -75,52 +97,25 @@ class ProgramVjp(ops.Custom):
                 return grads + (ops.zeros_like(inputs[n_in + n_out]),)
             return grads
 
-        return with_arity(n_in + n_out + program.random, gradients)
-
-    def _unused(self, *args):
-        raise AssertionError("unreachable: ProgramVjp.__infer__ infers shapes")
+        return with_arity(arity, gradients)
 
 
-class ProgramVjp2(ops.Custom):
+class ProgramVjp2(_ProgramBackward):
     """The backward of a program's backward in one launch (Program::vjp2): gradient penalties
     and Hessian-vector products through a whole model. Inputs: ProgramVjp's inputs, then one
     cotangent per program input. Outputs: one gradient per program input, then one per output
     gradient ProgramVjp took."""
 
     def __init__(self, program: Program, family: str):
-        self.program = program
-        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
-                         out_dtype=self._unused, func_type="aot")
-        self.add_prim_attr(SPEC_ATTR, family_spec("vjp2", program, family))
-        self.add_prim_attr("ms_aten_uid", unique_id())
-
-    def __infer__(self, *args: dict) -> dict:
-        shapes, types = flatten_infer_args(args)
-        return _infer_leading(shapes, types, self.program.n_inputs + self.program.n_outputs)
+        super().__init__(program, family, "vjp2", program.n_inputs + program.n_outputs)
 
     def get_bprop(self) -> Callable:
-        """A bprop that fails when a third-order gradient runs through it. MindSpore may ask
-        for it while compiling a second-order gradient, which must go on working, so only
-        running it raises."""
         program = self.program
-        message = (f"ms_aten: {program.name} (second-order backward): gradients of order 3 "
-                   f"through a whole program are not supported; build the function from "
-                   f"ms_aten.op calls, which differentiate to any order")
-
-        def refuse(inputs: tuple, out, dout):
-            raise RuntimeError(message)
-
-        return with_arity(2 * program.n_inputs + program.n_outputs + program.random, refuse)
-
-    def _unused(self, *args):
-        raise AssertionError("unreachable: ProgramVjp2.__infer__ infers shapes")
-
-
-def _infer_leading(shapes: list, types: list, n: int) -> dict:
-    """Outputs shaped and typed like the first n inputs (a Tensor when n is 1)."""
-    if n == 1:
-        return {"shape": shapes[0], "dtype": types[0], "value": None}
-    return {"shape": tuple(shapes[:n]), "dtype": tuple(types[:n]), "value": None}
+        return self._refusing_bprop(
+            2 * program.n_inputs + program.n_outputs + program.random,
+            f"ms_aten: {program.name} (second-order backward): gradients of order 3 through a "
+            f"whole program are not supported; build the function from ms_aten.op calls, "
+            f"which differentiate to any order")
 
 
 def make_program_bprop(program: Program, family: str) -> Callable:

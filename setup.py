@@ -25,7 +25,7 @@ CXXFLAGS = ["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"]
 
 # The C++ that talks to torch; extra_abi0.cpp is compiled apart (see MsAtenBuild).
 TORCH_SOURCES = ["ms_ext.cpp", "spec.cpp", "program.cpp", "program_family.cpp",
-                 "kernel.cpp", "view_cache.cpp",
+                 "kernel.cpp", "bounded.cpp", "view_cache.cpp",
                  "infer.cpp", "grad.cpp", "entry.cpp", "device_cpu.cpp", "cuda/cuda_device.cpp",
                  "npu/npu_device.cpp"]
 

@@ -69,8 +69,9 @@ std::shared_ptr<SpecState> state_of(const std::string& spec) {
   }
   auto state = std::make_shared<SpecState>();
   state->call = std::make_unique<OpCall>(call_spec);  // throws for a malformed spec
-  if (state->call->kind() == SpecKind::kOut || state->call->kind() == SpecKind::kInplace) {
-    throw std::invalid_argument("an out= or in-place spec has no inference of its own");
+  if (state->call->kind() == SpecKind::kOut || state->call->kind() == SpecKind::kInplace ||
+      state->call->kind() == SpecKind::kBounded) {
+    throw std::invalid_argument("an out=, in-place or bounded spec has no inference of its own");
   }
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_specs.emplace(call_spec, std::move(state)).first->second;

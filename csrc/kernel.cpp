@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "bounded.h"
 #include "bridge_abi.h"
 #include "device.h"
 #include "grad.h"
@@ -85,6 +86,7 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   std::vector<at::Tensor> outputs(tensors.begin() + n_in, tensors.end());
   if (program) return program->run(inputs, outputs);
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
+  if (call_->kind() == SpecKind::kBounded) return run_bounded(*call_, inputs, outputs);
   if (uses_out()) {
     if (try_out(inputs, outputs, params + n_in, ndims + n_in, shapes + n_in)) return;
     // The out= kernel may have resized our views: write the functional result into new ones.

@@ -148,6 +148,7 @@ SpecKind parse_kind(const std::string& spec, const std::string& word, int* order
   if (word == "call") return SpecKind::kCall;
   if (word == "out") return SpecKind::kOut;
   if (word == "inplace") return SpecKind::kInplace;
+  if (word == "bounded") return SpecKind::kBounded;
   if (word.rfind("vjp", 0) == 0) {
     const std::string digits = word.substr(3);
     const bool valid =
@@ -226,6 +227,9 @@ OpCall::OpCall(const std::string& spec) {
     fail(spec, e.what());
   }
   if (has_list_ && fixed_outputs_ < 0) fail(spec, "both the inputs and the outputs vary in number");
+  if (kind_ == SpecKind::kBounded && fixed_outputs_ < 1) {
+    fail(spec, "a bounded call needs a fixed number of outputs");
+  }
   // Indices after a variable-length run shift by its length; explicit ones never do.
   if (has_list_ && has_explicit_list_) fail(spec, "a variable-length list beside explicit ones");
 }
@@ -265,7 +269,8 @@ int OpCall::input_count(int nparam) const {
     if (!vjp_tensor_counts(nparam, counts[2].first, counts[2].second, &n_in, &n_out)) return -1;
     return static_cast<int>(counts[1].first * n_in + counts[1].second * n_out);
   }
-  if (returns_nothing()) return nparam - 1;  // one placeholder output
+  if (kind_ == SpecKind::kBounded) return nparam - 2 * fixed_outputs_;  // padded, then shapes
+  if (returns_nothing()) return nparam - 1;                             // one placeholder output
   return fixed_outputs_ >= 0 ? nparam - fixed_outputs_ : fixed_inputs_;
 }
 

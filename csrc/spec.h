@@ -2,7 +2,8 @@
 //
 // The spec is a primitive attribute written by ms_aten/binding.py: space-separated tokens,
 //   <kind> <qualified op name> <overload or "."> <output count, "*" or "0"> <argument>...
-// where <kind> is call, out, or vjp / vjp<k> (the order-k vector-Jacobian product, csrc/grad.h).
+// where <kind> is call, out, vjp / vjp<k> (the order-k vector-Jacobian product, csrc/grad.h), or
+// bounded (the functional call into outputs padded to an upper bound, csrc/bounded.h).
 // An output count of "*" means the op returns Tensor[] and MindSpore's buffers say how many;
 // "0" means it returns nothing, and MindSpore gives it one placeholder output that stays unused.
 // One argument token per schema argument, in schema order:
@@ -32,7 +33,8 @@
 namespace ms_aten {
 
 // kInplace: the in-place overload, run on output 0 after call-time tensor 0 is copied there.
-enum class SpecKind { kCall, kOut, kInplace, kVjp };
+// kBounded: the functional call, each result written into a padded output plus its shape.
+enum class SpecKind { kCall, kOut, kInplace, kVjp, kBounded };
 
 // Token helpers shared with program.cpp.
 std::vector<std::string> split(const std::string& text, char sep);

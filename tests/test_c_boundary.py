@@ -43,6 +43,7 @@ def test_unknown_dtype_string_is_an_error_not_a_float32_fallback():
     ("call aten::abs . 1 ?x", "unknown argument token '?x'"),
     ("sideways aten::abs . 1 t0", "unknown kind 'sideways'"),
     ("out aten::abs out 1 t0 o0", "expected '<call or vjp spec>[;<out spec>]'"),
+    ("bounded aten::split_copy Tensor * t0 i1 i0", "a bounded call needs a fixed number of"),
 ])
 def test_bad_specs_fail_at_launch_with_the_reason(spec, message):
     x = np.ones(3, np.float32)
@@ -61,3 +62,21 @@ def test_aten_errors_cross_the_boundary_as_messages():
     spec = "call aten::mm . 1 t0 t1;out aten::mm out 1 t0 t1 o0"
     message = launch(spec, [a, b, np.zeros((2, 3), np.float32)])
     assert "ms_aten: aten::mm: mat1 and mat2 shapes cannot be multiplied" in message
+
+
+def test_a_bounded_call_writes_the_leading_corner_and_the_shape():
+    # GRAPH mode's route for value-dependent ops (ms_aten/bounded.py): nonzero of a 2x3 input
+    # padded to its 6 possible rows; the shape output says how many rows are real.
+    x = np.array([[0.0, 1.5, 0.0], [2.0, 0.0, 3.0]], np.float32)
+    padded, shape = np.full((6, 2), -7, np.int64), np.zeros(2, np.int64)
+    assert launch("bounded aten::nonzero . 1 t0", [x, padded, shape]) == ""
+    np.testing.assert_array_equal(shape, [3, 2])
+    np.testing.assert_array_equal(padded[:3], np.argwhere(x))
+    assert (padded[3:] == -7).all()  # the padding stays as it was: Slice never reads it
+
+
+def test_a_result_over_its_bound_is_an_error_not_an_overflow():
+    x = np.ones(4, np.float32)
+    padded, shape = np.zeros((3, 1), np.int64), np.zeros(2, np.int64)
+    assert "output 0 came out as Long[4, 1], which does not fit its bound Long[3, 1]" in launch(
+        "bounded aten::nonzero . 1 t0", [x, padded, shape])

@@ -8,6 +8,7 @@ import torch  # noqa: F401  (first: libms_aten.so needs libtorch loaded)
 from ._lib import launch_count
 from ._lib import library as _library
 from ._version import __version__
+from .bounded import ValueDependentOp
 from .build import BuildError
 from .constants import ConstantError
 from .convert import to_ms, to_torch
@@ -23,6 +24,7 @@ _library()  # fail at import, with a rebuild hint, if the bridge library is miss
 _configure_threads()
 
 __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "ConstantError",
-           "ShapeInferenceError", "TorchModule", "ValueDependentError", "__version__", "function",
+           "ShapeInferenceError", "TorchModule", "ValueDependentError", "ValueDependentOp",
+           "__version__", "function",
            "get_num_threads", "launch_count", "module", "op", "set_num_threads", "to_ms",
            "to_torch"]

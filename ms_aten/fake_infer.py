@@ -1,12 +1,16 @@
 """Output shapes and dtypes of a bridged op from a run on torch fake tensors: the PYNATIVE fast
 path sizes its outputs with it, and MindSpore's Custom route uses it where the library's C++
 meta inference (infer.py) cannot serve: calls with Python numbers, ops that return nothing, and
-ops whose meta and device kernels disagree on a shape (op.py decides per call).
+ops whose meta and device kernels disagree on a shape (op.py decides per call). With a
+ShapeEnv, the same run gives the upper bounds to which GRAPH mode pads the outputs of ops whose
+shapes depend on values (bounded.py).
 """
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+import math
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -17,6 +21,7 @@ from torch._subclasses.fake_tensor import (
     FakeTensorMode,
     UnsupportedOperatorException,
 )
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 from . import _lib, dtypes
 from . import pattern as patterns
@@ -33,11 +38,21 @@ _STATIC_ALTERNATIVES = {
 }
 
 
+# Bounds that torch's fake kernels get wrong, by op: masked_select's counts self's elements
+# only, where a mask can broadcast self to more, and is none for 2 elements or fewer.
+_BOUND_CORRECTIONS: dict[str, Callable[[Sequence[Sequence[int]]], int]] = {
+    "aten::masked_select": lambda shapes: math.prod(torch.broadcast_shapes(*shapes)),
+}
+
+
 def value_dependent_message(name: str, qualified: str) -> str:
     hint = _STATIC_ALTERNATIVES.get(qualified)
-    return (f"ms_aten op '{name}': its output shape depends on input values, which GRAPH mode "
-            f"needs to know before the graph runs. Run it in PYNATIVE mode (on CPU, with the "
-            f"fast-path module built, ms_aten runs it there once its inputs are computed)" +
+    return (f"ms_aten op '{name}': its output shape depends on input values, and GRAPH mode "
+            f"sizes outputs before the graph runs: ms_aten pads them to an upper bound (then "
+            f"cuts the result out), but torch gives none for this call (one exists for nonzero, "
+            f"unique, masked_select and x[mask] with static input sizes). Run it in PYNATIVE "
+            f"mode (on CPU, with the fast-path module built, ms_aten runs it there once its "
+            f"inputs are computed)" +
             (f", or use {hint}" if hint else "; ATen has no static form of it"))
 
 
@@ -91,12 +106,25 @@ class FakeInfer:
 
     def __call__(self, shapes: Sequence[Sequence[int]], ms_dtypes: Sequence[Any],
                  pattern: patterns.Pattern | None = None):
+        return self._cached((tuple(map(tuple, shapes)), tuple(ms_dtypes), pattern),
+                            lambda: self._infer(shapes, ms_dtypes, pattern))
+
+    def bounds(self, shapes: Sequence[Sequence[int]], ms_dtypes: Sequence[Any]
+               ) -> tuple[list[list[int]], list[Any]]:
+        """For a call (every slot a tensor) whose output shapes depend on its input values:
+        (shapes, dtypes) of its outputs, every size that depends on values at the upper bound
+        torch's fake kernel gives it (nonzero's row count: the input's numel), for bounded.py.
+        ValueDependentError when torch gives no bound (bincount's size is its largest value) or
+        no shape at all (linalg_lstsq)."""
+        return self._cached(("bounds", tuple(map(tuple, shapes)), tuple(ms_dtypes)),
+                            lambda: self._bounds(shapes, ms_dtypes))
+
+    def _cached(self, key: tuple, compute: Callable[[], Any]) -> Any:
         # MindSpore dtypes hash by value; a failure is cached too and raised again.
-        key = (tuple(map(tuple, shapes)), tuple(ms_dtypes), pattern)
         hit = self.cache.get(key)
         if hit is None:
             try:
-                hit = self._infer(shapes, ms_dtypes, pattern)
+                hit = compute()
             except (ShapeInferenceError, RuntimeError, TypeError) as error:
                 hit = error
             self.cache[key] = hit
@@ -115,6 +143,41 @@ class FakeInfer:
         return kwargs
 
     def _infer(self, shapes, ms_dtypes, pattern):
+        results = self._run(shapes, ms_dtypes, pattern)
+        return ([list(r.shape) for r in results],
+                [mstype.TensorType(dtypes.to_ms(r.dtype)) for r in results])
+
+    def _bounds(self, shapes, ms_dtypes) -> tuple[list[list[int]], list[Any]]:
+        if self.has_numbers:  # such calls run on meta tensors, which have no ShapeEnv
+            raise ValueDependentError(value_dependent_message(self.binding.name,
+                                                              self.binding.schema.name))
+        env = ShapeEnv()
+        correct = _BOUND_CORRECTIONS.get(self.binding.schema.name)
+        # torch's fake unique_consecutive takes a negative dim as it is; ATen's kernels wrap it.
+        constants = self.constants
+        if isinstance(dim := constants.get("dim"), int) and dim < 0 and shapes:
+            constants = {**constants, "dim": dim % max(len(shapes[0]), 1)}
+        out_shapes, out_types = [], []
+        for result in self._run(shapes, ms_dtypes, None, env, constants):
+            dims = []
+            for size in result.shape:
+                if isinstance(size, torch.SymInt):
+                    upper = (correct(shapes) if correct is not None
+                             else env.bound_sympy(size.node.expr).upper)
+                    # torch's int_oo is no sympy Integer; sys.maxsize - 1 is its "no bound" too
+                    if not (isinstance(upper, int) or upper.is_Integer) or upper >= sys.maxsize - 1:
+                        raise ValueDependentError(value_dependent_message(
+                            self.binding.name, self.binding.schema.name))
+                    size = upper
+                dims.append(int(size))
+            out_shapes.append(dims)
+            out_types.append(mstype.TensorType(dtypes.to_ms(result.dtype)))
+        return out_shapes, out_types
+
+    def _run(self, shapes, ms_dtypes, pattern, shape_env: ShapeEnv | None = None,
+             constants: dict[str, Any] | None = None) -> list[torch.Tensor]:
+        """The op's results on fake tensors (sizes symbolic where they depend on values, given
+        a ShapeEnv), with the binding's constants unless given."""
         name = self.binding.name
         for shape in shapes:
             if any(d < 0 for d in shape):
@@ -133,9 +196,9 @@ class FakeInfer:
                 items = _items(shapes, ms_dtypes, numbers, "meta")
                 results = self.overload(**self.kwargs(items, pattern, constants))
             else:
-                with FakeTensorMode():
+                with FakeTensorMode(shape_env=shape_env):
                     items = _items(shapes, ms_dtypes, numbers, self.device)
-                    results = self.overload(**self.kwargs(items, pattern))
+                    results = self.overload(**self.kwargs(items, pattern, constants))
         except (DynamicOutputShapeException, DataDependentOutputException) as error:
             raise ValueDependentError(
                 value_dependent_message(name, self.binding.schema.name)) from error
@@ -148,9 +211,7 @@ class FakeInfer:
                 f"its output shape is not known before it runs ({error})") from error
         except Exception as error:  # noqa: BLE001  (ATen's own checks: shapes, dtypes, ranges)
             raise RuntimeError(f"ms_aten op '{name}': {error}") from error
-        results = _flatten_results(results)
-        return ([list(r.shape) for r in results],
-                [mstype.TensorType(dtypes.to_ms(r.dtype)) for r in results])
+        return _flatten_results(results)
 
 
 def _items(shapes, ms_dtypes, numbers: set[int], device: str) -> list[torch.Tensor]:

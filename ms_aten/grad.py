@@ -189,6 +189,24 @@ def make_bprop(binding: Binding, pattern: Pattern | None = None) -> Bprop:
     return bprop
 
 
+def make_padded_bprop(binding: Binding, cut: Callable) -> Bprop:
+    """The bprop of a bounded call (bounded.py), whose outputs are the op's results padded to
+    an upper bound, then their shapes: each cotangent is cut to its result's shape
+    (`cut(padded, shape)`), and the op's ordinary VJP takes it from there."""
+    vjp = AtenVjp(binding)
+    n = len(binding.schema.returns)
+
+    def gradients(inputs: tuple, out, dout):
+        cotangents: tuple = ()
+        for i in range(n):
+            cotangents = cotangents + (cut(dout[i], out[n + i]),)
+        return _regroup(_as_tuple(vjp(*inputs, *cotangents)), inputs)
+
+    bprop = cast(Bprop, with_arity(len(binding.slots), gradients))
+    bprop.vjp = vjp
+    return bprop
+
+
 def _vjp_bprop(vjp: AtenVjp) -> Bprop:
     """The bprop of an order-k VJP: the order-(k+1) VJP, called with the order-k one's arguments
     and the cotangents of its outputs, grouped as the order-(k-1) function's arguments."""

@@ -61,8 +61,9 @@ class ShapeInferenceError(RuntimeError):
 
 
 class ValueDependentError(ShapeInferenceError):
-    """The op's output shape depends on its input values (nonzero, unique, masked_select);
-    ms_aten runs it in PYNATIVE mode only (ms_aten/value_dependent.py)."""
+    """The op's output shape depends on its input values, and GRAPH mode has no upper bound to
+    pad it to (bincount, linalg_lstsq; bounded.py pads nonzero, unique, masked_select): ms_aten
+    runs it in PYNATIVE mode only (value_dependent.py)."""
 
 
 def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:

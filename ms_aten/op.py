@@ -4,12 +4,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
 from mindspore import ops
 from mindspore.common import dtype as mstype
 
 from . import _lib, fast_path
 from . import pattern as patterns
 from .binding import SPEC_ATTR, Binding
+from .bounded import ValueDependentOp
 from .fake_infer import FakeInfer
 from .grad import make_bprop, with_arity
 from .infer import (
@@ -261,7 +263,7 @@ def retarget(custom: ops.Custom, device_target: str) -> None:
     custom.device_target = device_target
 
 
-def op(name: Any, **constants: Any) -> AtenOp:
+def op(name: Any, **constants: Any) -> AtenOp | ValueDependentOp:
     """A MindSpore op that runs the torch dispatcher op `name`.
 
     name: 'leaky_relu' (aten assumed), 'aten::max.dim', 'max.default' (the overload without a
@@ -273,6 +275,13 @@ def op(name: Any, **constants: Any) -> AtenOp:
     given a Python number (torch's wrapped number). Every other tensor argument is a call-time
     input, in schema order; a `Tensor[]` is passed as a tuple; trailing `Tensor?` inputs may be
     left out (None), and a call-time input may be a Python number.
+
+    An op whose output shape can depend on input values (torch tags it dynamic_output_shape:
+    nonzero, unique, masked_select, index) comes as a ValueDependentOp, a Cell that runs it in
+    GRAPH mode too (bounded.py); every other op is an AtenOp, an ops.Custom.
     """
     binding = Binding.build(resolve(op_name(name), constants), constants)
-    return AtenOp(binding, FakeInfer(binding))
+    aten = AtenOp(binding, FakeInfer(binding))
+    if torch.Tag.dynamic_output_shape in aten.infer.overload.tags:
+        return ValueDependentOp(aten)  # GRAPH mode pads its outputs (bounded.py)
+    return aten

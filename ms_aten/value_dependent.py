@@ -7,8 +7,8 @@ MindSpore's host buffers (the same ATen kernel the bridge calls, reached through
 dispatcher with the op's constants), and hand the results to MindSpore as new tensors, sharing
 ATen's memory where numpy can describe the dtype. When autograd records the call, the fast-path
 module attaches the op's VJP kernel as its backward (csrc/pyboost/fast_path.cpp, `adopt`), so
-masked_select and index with a mask have gradients. GRAPH mode refuses these ops at compile time
-(infer.py, ValueDependentError).
+masked_select and index with a mask have gradients. GRAPH mode pads their outputs instead
+(bounded.py).
 
 The wait is a synchronization: everything queued before the call finishes first, as with any
 read of a tensor's values.

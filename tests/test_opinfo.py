@@ -22,11 +22,13 @@ FORWARD = {
     "sort": 2, "topk": 1, "mm": 1, "bmm": 1, "addmm": 2, "nn.functional.conv2d": 2,
     "nn.functional.layer_norm": 1, "nn.functional.embedding": 1, "cat": 2, "stack": 1,
     "transpose": 1, "permute": 1, "index_select": 1, "gather": 1, "masked_fill": 1,
+    "nonzero": 1, "masked_select": 1, "unique": 2,  # value-dependent shapes
 }
 GRADIENT = {
     "add": 1, "mul": 1, "pow": 1, "clamp": 1, "sigmoid": 1, "tanh": 1, "nn.functional.gelu": 1,
     "softmax": 1, "sum": 1, "mean": 1, "max.reduction_with_dim": 1, "sort": 1, "mm": 1,
     "addmm": 1, "nn.functional.conv2d": 1, "nn.functional.layer_norm": 1, "cat": 1, "gather": 1,
+    "masked_select": 1,
 }
 
 # (OpInfo key, dtype) -> how many of its leading in-scope samples get that dtype's checks.

@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
-from mindspore.ops.primitive import _primexpr
+from mindspore.ops.primitive import PrimitiveWithInfer, _primexpr
 
 from .fake_infer import FakeInfer
 from .grad import make_padded_bprop
-from .infer import CppInferred, ValueDependentError, flatten_infer_args, graph_mode, unique_id
+from .infer import CppInferred, ValueDependentError, flatten_infer_args, unique_id
 
 if TYPE_CHECKING:
     from .op import AtenOp
@@ -72,12 +72,14 @@ class PaddedOp(CppInferred):
 
 def cut(padded: Tensor, shape: Tensor) -> Tensor:
     """The result in the leading corner of `padded`, whose shape the tensor `shape` holds."""
+    # MindSpore's CPU Slice and Reshape have no bfloat16 kernels; float32 holds it exactly.
+    narrow = padded.dtype == mstype.bfloat16
+    wide = padded.astype(mstype.float32) if narrow else padded
     if padded.size == 0:  # MindSpore's CPU Slice fails on zero-size inputs; no data to move
-        return ops.reshape(padded, shape)
-    if padded.dtype == mstype.bfloat16:  # no bfloat16 Slice on CPU; float32 holds it exactly
-        return _SLICE(padded.astype(mstype.float32), ops.zeros_like(shape),
-                      shape).astype(mstype.bfloat16)
-    return _SLICE(padded, ops.zeros_like(shape), shape)
+        result = ops.reshape(wide, shape)
+    else:
+        result = _SLICE(wide, ops.zeros_like(shape), shape)
+    return result.astype(mstype.bfloat16) if narrow else result
 
 
 _SLICE = ops.Slice()
@@ -103,6 +105,26 @@ def _padded_outputs(key: int, signature: tuple) -> int:
         return len(infer.bounds(shapes, types)[0])
     except Exception:  # noqa: BLE001  (as above)
         return 0
+
+
+class _InGraph(PrimitiveWithInfer):
+    """True in a graph MindSpore compiles (GRAPH mode, ms.jit), False when run eagerly: as for
+    _primexpr's constant primitives, MindSpore takes the value from __infer__ when compiling
+    and calls the primitive otherwise."""
+
+    def __init__(self):
+        super().__init__("ms_aten_in_graph")
+        self.set_const_prim(True)
+        self.add_prim_attr("constexpr_prim", True)
+
+    def __infer__(self) -> dict:
+        return {"dtype": None, "shape": None, "value": True}
+
+    def __call__(self) -> bool:
+        return False
+
+
+_IN_GRAPH = _InGraph()
 
 
 def _describe(value):
@@ -148,12 +170,9 @@ class ValueDependentOp(nn.Cell):
     def binding(self):
         return self.op.binding
 
-    def __call__(self, *args):
-        if graph_mode():
-            return super().__call__(*args)
-        return self.op(*args)
-
     def construct(self, *args):
+        if not _IN_GRAPH():
+            return self.op(*args)
         n = _padded_outputs(self.key, _signature(args))
         if n == 0:
             return self.op(*args)

@@ -59,6 +59,8 @@ CASES = [
     ("unique_dim", {"dim": 1, "return_counts": True},
      (torch.tensor([[1.5, 1.5, 2.0], [0.5, 0.5, 1.0]], dtype=torch.bfloat16),),
      lambda x: aten.unique_dim(x, 1, return_counts=True)),
+    ("unique_dim", {"dim": 1}, (torch.zeros(5, 0, 5, dtype=torch.bfloat16),),
+     lambda x: aten.unique_dim(x, 1)),
 ]
 
 

@@ -591,13 +591,19 @@ def values_comparable(bound: BoundCall, expected: list[torch.Tensor]) -> bool:
     does not reproduce from the same seed; only their shapes and dtypes are compared."""
     if "empty" in bound.func._schema.name:
         return False
-    # The allocator tends to hand the second run memory freed just before: filled here, any
-    # part the op leaves uninitialized (_ctc_loss's log_alpha) differs from the first run's
-    # instead of matching it by chance.
-    scratch = [torch.full_like(t, float("nan") if t.is_floating_point() or t.is_complex() else 1)
-               for t in expected]
-    del scratch
-    return compare(bound.run_torch(bound.inputs), expected) is None
+    # The second run has torch fill new memory (NaN, or the largest integer), as it does in
+    # deterministic mode: any part the op leaves uninitialized (_ctc_loss's log_alpha) then
+    # differs from the first run's instead of matching it by chance.
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # ops without a deterministic kernel say so
+            again = bound.run_torch(bound.inputs)
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    return compare(again, expected) is None
 
 
 def _checks(case: Case, checks: Sequence[str], result: SampleResult,

@@ -98,6 +98,10 @@ def _indices(n: int, high: int) -> Callable[[np.random.Generator], np.ndarray]:
     return lambda rng: rng.integers(0, high, n, dtype=np.int64)
 
 
+def _mask(*shape: int) -> Callable[[np.random.Generator], np.ndarray]:
+    return lambda rng: rng.standard_normal(shape) > 0  # about half the elements
+
+
 def _inputs(*makers: Callable[[np.random.Generator], np.ndarray]) -> InputMaker:
     return lambda rng: [maker(rng) for maker in makers]
 
@@ -134,6 +138,11 @@ def _conv_sizes() -> dict[str, InputMaker]:
 def _index_select_sizes() -> dict[str, InputMaker]:
     return {"small": _inputs(_randn(*SMALL_2D), _permutation(SMALL_2D[0])),
             "large": _inputs(_randn(*LARGE_2D), _indices(LARGE_2D[0], LARGE_2D[0]))}
+
+
+def _masked_select_sizes() -> dict[str, InputMaker]:
+    return {"small": _inputs(_randn(*SMALL_2D), _mask(*SMALL_2D)),
+            "large": _inputs(_randn(*LARGE_2D), _mask(*LARGE_2D))}
 
 
 def _embedding_sizes() -> dict[str, InputMaker]:
@@ -245,6 +254,14 @@ def mint_index_select(x, index):
     return mint.index_select(x, 0, index)
 
 
+def ms_masked_select(x, mask):
+    return ops.masked_select(x, mask)
+
+
+def mint_masked_select(x, mask):
+    return mint.masked_select(x, mask)
+
+
 def mint_embedding(weight, indices):
     return mint.nn.functional.embedding(indices, weight)
 
@@ -330,6 +347,13 @@ CASES: tuple[OpCase, ...] = (
           ms_aten="embedding", constants=_fixed(), sizes=_embedding_sizes(),
           natives=(Native("ops.gather", ms_gather_rows),
                    Native("mint.embedding", mint_embedding))),
+    # Its output size depends on the mask: GRAPH mode pads it (ms_aten/bounded.py).
+    _case("masked_select", torch.masked_select,
+          lambda i, o: torch.ops.aten.masked_select.out(i[0], i[1], out=o[0]),
+          ms_aten="masked_select", constants=_fixed(), sizes=_masked_select_sizes(),
+          natives=(Native("ops.masked_select", ms_masked_select),
+                   Native("mint.masked_select", mint_masked_select)),
+          chainable=False),
 )
 
 

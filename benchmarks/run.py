@@ -49,7 +49,7 @@ EMPTY_LIBRARY = BENCH_DIR / ".cache" / "empty_kernel.so"
 SEED = 0
 THREAD_COUNTS = (1, 2)
 ALL_OPS = ("relu", "leaky_relu", "gelu", "softmax", "layer_norm", "sum", "cumsum", "mm",
-           "conv2d", "topk", "sort", "index_select", "embedding")
+           "conv2d", "topk", "sort", "index_select", "embedding", "masked_select")
 THREAD_OPS = ("relu", "leaky_relu", "gelu", "softmax", "layer_norm", "sum", "cumsum")
 DISPATCHER_OPS = ("leaky_relu", "relu")
 

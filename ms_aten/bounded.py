@@ -33,6 +33,7 @@ from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
 from mindspore.ops.primitive import PrimitiveWithInfer, _primexpr
 
+from .binding import Binding
 from .fake_infer import FakeInfer
 from .grad import make_padded_bprop
 from .infer import CppInferred, ValueDependentError, flatten_infer_args, unique_id
@@ -57,17 +58,13 @@ class PaddedOp(CppInferred):
 
     def tell(self, shapes: Sequence[Sequence[int]], types: Sequence[Any]) -> None:
         self.check_count(shapes)
-        self._bounds(shapes, types)
+        self.infer.bounds(shapes, types)
 
     def __infer__(self, *args: dict) -> dict:
-        shapes, types = self._bounds(*flatten_infer_args(args))
+        shapes, types = self.infer.bounds(*flatten_infer_args(args))
         shape_type = mstype.TensorType(mstype.int64)
         return {"shape": tuple(shapes + [[len(s)] for s in shapes]),
                 "dtype": tuple(types + [shape_type] * len(shapes)), "value": None}
-
-    def _bounds(self, shapes: Sequence[Sequence[int]], types: Sequence[Any]
-                ) -> tuple[list[list[int]], list[Any]]:
-        return self.infer.bounds(shapes, types)
 
 
 def cut(padded: Tensor, shape: Tensor) -> Tensor:
@@ -167,7 +164,7 @@ class ValueDependentOp(nn.Cell):
         _INFERS[self.key] = op.infer
 
     @property
-    def binding(self):
+    def binding(self) -> Binding:
         return self.op.binding
 
     def construct(self, *args):

@@ -261,10 +261,7 @@ void Program::vjp(const std::vector<at::Tensor>& inputs,
                                          " and ", outputs.size()));
   }
   c10::AutoGradMode grad_mode(true);
-  for (const auto& out : outputs) out.zero_();  // inputs without a gradient get zeros
-  std::vector<at::Tensor> wrt;
-  std::vector<size_t> wrt_index;
-  std::vector<at::Tensor> values = recompute(inputs, wrt, wrt_index);
+  auto [values, wrt, wrt_index] = recompute(inputs, outputs);
   if (wrt.empty()) return;
   for (size_t k = 0; k < wrt.size(); ++k) wrt[k].mutable_grad() = outputs[wrt_index[k]];
   std::vector<at::Tensor> ys;
@@ -287,25 +284,25 @@ void Program::vjp(const std::vector<at::Tensor>& inputs,
   }
 }
 
-std::vector<at::Tensor> Program::recompute(const std::vector<at::Tensor>& inputs,
-                                           std::vector<at::Tensor>& wrt,
-                                           std::vector<size_t>& wrt_index) const {
-  std::vector<at::Tensor> values = constants_;
+Program::Recomputed Program::recompute(const std::vector<at::Tensor>& inputs,
+                                       const std::vector<at::Tensor>& outputs) const {
+  for (const auto& out : outputs) out.zero_();
+  Recomputed r{constants_, {}, {}};
   for (int i = 0; i < n_inputs_; ++i) {
     at::Tensor leaf = inputs[i].detach();
     if (differentiate_[i] &&
         (at::isFloatingType(leaf.scalar_type()) || at::isComplexType(leaf.scalar_type()))) {
       leaf.requires_grad_(true);
-      wrt.push_back(leaf);
-      wrt_index.push_back(i);
+      r.wrt.push_back(leaf);
+      r.wrt_index.push_back(i);
     }
-    values[i] = leaf;
+    r.values[i] = leaf;
   }
-  if (wrt.empty()) return values;
+  if (r.wrt.empty()) return r;
   std::optional<RngReplay> replay;
   if (rng_) replay.emplace(inputs[n_inputs_ + outputs_.size()]);
-  evaluate(values);
-  return values;
+  evaluate(r.values);
+  return r;
 }
 
 // The second order, for gradient penalties and Hessian-vector products: the first-order
@@ -322,10 +319,7 @@ void Program::vjp2(const std::vector<at::Tensor>& inputs,
                  n_inputs_ + n_out, " outputs, got ", inputs.size(), " and ", outputs.size()));
   }
   c10::AutoGradMode grad_mode(true);
-  for (const auto& out : outputs) out.zero_();  // what nothing depends on gets zeros
-  std::vector<at::Tensor> wrt;
-  std::vector<size_t> wrt_index;
-  std::vector<at::Tensor> values = recompute(inputs, wrt, wrt_index);
+  auto [values, wrt, wrt_index] = recompute(inputs, outputs);
   if (wrt.empty()) return;
   std::vector<at::Tensor> ys;
   std::vector<at::Tensor> dys;

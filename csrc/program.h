@@ -52,12 +52,18 @@ class Program {
   void forward(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
   void vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
   void vjp2(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
-  // The forward again under autograd (replaying the RNG state): every differentiable input a
-  // leaf that requires grad, listed in `wrt` (their input indices in `wrt_index`). Returns the
-  // value table, outputs included; runs nothing when no input is differentiable.
-  std::vector<at::Tensor> recompute(const std::vector<at::Tensor>& inputs,
-                                    std::vector<at::Tensor>& wrt,
-                                    std::vector<size_t>& wrt_index) const;
+  // What a backward recomputes: the value table (outputs included) and the differentiable
+  // inputs, leaves that require grad, with their input indices.
+  struct Recomputed {
+    std::vector<at::Tensor> values;
+    std::vector<at::Tensor> wrt;
+    std::vector<size_t> wrt_index;
+  };
+  // Zeroes the backward's `outputs` (what nothing depends on stays zero), then runs the forward
+  // again under autograd (grad mode on, the RNG state replayed); runs nothing when no input is
+  // differentiable (wrt empty).
+  Recomputed recompute(const std::vector<at::Tensor>& inputs,
+                       const std::vector<at::Tensor>& outputs) const;
   // Runs every node on `values` (inputs and constants set), leaving the outputs in it.
   void evaluate(std::vector<at::Tensor>& values) const;
 

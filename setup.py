@@ -58,17 +58,17 @@ def device_options() -> tuple[list[str], list[str], list[str], list[str]]:
 DEVICE_MACROS, DEVICE_INCLUDES, DEVICE_LIBRARY_DIRS, DEVICE_LIBRARIES = device_options()
 
 
-def fast_path_builder() -> ModuleType:
-    """ms_aten/fast_path_builder.py, loaded by path: the package itself cannot be imported yet."""
+def pyboost_build() -> ModuleType:
+    """ms_aten/native/pyboost_build.py, loaded by path: the package cannot be imported yet."""
     spec = importlib.util.spec_from_file_location(
-        "ms_aten_fast_path_builder", ROOT / "ms_aten" / "fast_path_builder.py")
+        "ms_aten_pyboost_build", ROOT / "ms_aten" / "native" / "pyboost_build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-FAST_PATH = fast_path_builder()
+FAST_PATH = pyboost_build()
 
 
 class MsAtenBuild(BuildExtension):

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import models  # noqa: E402
 
 import ms_aten  # noqa: E402
-from ms_aten import _lib  # noqa: E402
-from ms_aten.dtypes import spec_name  # noqa: E402
+from ms_aten.native import library  # noqa: E402
+from ms_aten.native.dtypes import spec_name  # noqa: E402
 
 MODELS = {
     "gpt2-medium": lambda: models.gpt2(layers=4, hidden=256, heads=4, seq=128, vocab=1000),
@@ -54,7 +54,7 @@ def peak_mib(fn: Callable[[], object]) -> float:
 
 def launcher(spec: str, tensors: list[torch.Tensor]) -> Callable[[], None]:
     """A program kernel launched on torch tensors' buffers through ms_aten_kernel_launch."""
-    lib = _lib.library()
+    lib = library.load()
     lib.ms_aten_kernel_create.restype = ctypes.c_void_p
     kernel = ctypes.c_void_p(lib.ms_aten_kernel_create(spec.encode(), None))
     n = len(tensors)

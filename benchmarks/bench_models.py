@@ -35,6 +35,7 @@ import models  # noqa: E402  (tests/models.py: the model factories the tests use
 
 import ms_aten  # noqa: E402
 from ms_aten import to_ms  # noqa: E402
+from ms_aten.programs import capture  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 CONFIGS = {
@@ -47,7 +48,7 @@ CONFIGS = {
 
 def per_op_forward(cell: ms_aten.TorchModule) -> Callable[[ms.Tensor], ms.Tensor]:
     """The exported graph replayed node by node, one ms_aten.op per node (PYNATIVE)."""
-    exported = ms_aten.program.export(cell._torch_module, cell._example, "per-op")
+    exported = capture.export(cell._torch_module, cell._example, "per-op")
     graph = exported.graph_module.graph
     weights = dict(zip(cell._weight_names, cell.weights, strict=True))
     steps = []
@@ -59,7 +60,7 @@ def per_op_forward(cell: ms_aten.TorchModule) -> Callable[[ms.Tensor], ms.Tensor
         for position, arg in enumerate(schema.arguments):
             given = node.kwargs.get(arg.name) if (arg.kwarg_only or position >= len(node.args)) \
                 else node.args[position]
-            if ms_aten.constants.is_tensor_arg(arg):
+            if constants.is_tensor_arg(arg):
                 tensors.append(given)
             elif arg.name in node.kwargs or position < len(node.args):
                 constants[arg.name] = given

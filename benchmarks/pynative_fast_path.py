@@ -10,7 +10,7 @@ one more call adds inside ms.grad (its forward and backward), from a chain of K 
 (step(K) - step(1)) / (K - 1). Each sample is a run of back-to-back calls ended by one executor
 sync (as in bench_timing.py), taken round-robin over the routes, and is read twice: wall time,
 and CPU time of the whole process (all of MindSpore's threads), which a shared machine's load
-disturbs less. Needs the fast-path module (python -m ms_aten.fast_path).
+disturbs less. Needs the fast-path module (python -m ms_aten.native.pyboost).
 """
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ from bench_timing import TimingConfig, calibrate, ms_sync  # noqa: E402
 from mindspore import Tensor, mint, ops  # noqa: E402
 
 import ms_aten  # noqa: E402
-from ms_aten import fast_path  # noqa: E402
+from ms_aten.native import pyboost  # noqa: E402
+from ms_aten.ops import fast_path  # noqa: E402
 
 SLOPE = 0.2
 
@@ -96,8 +97,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=11, help="samples per cell (default 11)")
     parser.add_argument("--chain", type=int, default=17, help="calls in the long grad chain")
     args = parser.parse_args()
-    if not fast_path.available():
-        print("the fast-path module is not built: python -m ms_aten.fast_path", file=sys.stderr)
+    if not pyboost.available():
+        print("the fast-path module is not built: python -m ms_aten.native.pyboost",
+              file=sys.stderr)
         return 1
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")

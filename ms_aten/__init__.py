@@ -2,25 +2,28 @@
 
     import ms_aten
     relu = ms_aten.op("leaky_relu", negative_slope=0.2)   # a mindspore ops.Custom
+
+The package's face: the layers behind it are ms_aten.native (the compiled library and plain
+conversions), ms_aten.ops (one op as a primitive) and ms_aten.programs (a whole graph as one).
 """
 import torch  # noqa: F401  (first: libms_aten.so needs libtorch loaded)
 
-from ._lib import launch_count
-from ._lib import library as _library
 from ._version import __version__
-from .bounded import ValueDependentOp
-from .build import BuildError
-from .constants import ConstantError
-from .convert import to_ms, to_torch
-from .function import AtenFunction, function
-from .infer import ShapeInferenceError, ValueDependentError
-from .module import TorchModule, module
-from .op import AtenOp, op
-from .program import CaptureError
-from .threads import configure_from_environment as _configure_threads
-from .threads import get_num_threads, set_num_threads
+from .native.build import BuildError
+from .native.convert import to_ms, to_torch
+from .native.library import launch_count
+from .native.library import load as _load_library
+from .native.threads import configure_from_environment as _configure_threads
+from .native.threads import get_num_threads, set_num_threads
+from .ops.bounded import ValueDependentOp
+from .ops.constants import ConstantError
+from .ops.infer import ShapeInferenceError, ValueDependentError
+from .ops.op import AtenOp, op
+from .programs.function import AtenFunction, function
+from .programs.module import TorchModule, module
+from .programs.program import CaptureError
 
-_library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
+_load_library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
 
 __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "ConstantError",

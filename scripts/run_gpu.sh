@@ -11,7 +11,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 \
   || missing "no NVIDIA GPU found (nvidia-smi -L failed); use scripts/run_cpu.sh"
 "$PY" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 1)" \
   || missing "torch in .venv is a CPU build; install a CUDA torch, then rerun scripts/setup.sh"
-"$PY" -c "import ms_aten, sys; sys.exit(0 if ms_aten._lib.library().ms_aten_supports(b'GPU') else 1)" \
+"$PY" -c "import ms_aten, sys; sys.exit(0 if ms_aten.native.library.load().ms_aten_supports(b'GPU') else 1)" \
   || missing "ms_aten was built without CUDA; rebuild with MS_ATEN_WITH_CUDA=1 bash scripts/setup.sh"
 "$PY" -c "import mindspore as ms; ms.set_device('GPU'); ms.Tensor([1.0]) + 1" >/dev/null 2>&1 \
   || missing "MindSpore's GPU runtime does not start (MindSpore 2.10 needs CUDA 11.x)"

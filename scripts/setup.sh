@@ -42,7 +42,7 @@ fi
 # objects in build/ (see setup.py), so ninja recompiles only what changed.
 build_stamp="$VENV/.ms_aten_build"
 build_want=$( (cat setup.py pyproject.toml csrc/*.h csrc/*.cpp csrc/*/*.cpp \
-  ms_aten/fast_path_builder.py; "$PY" -c "import torch; print(torch.__version__)") \
+  ms_aten/native/pyboost_build.py; "$PY" -c "import torch; print(torch.__version__)") \
   | sha1sum | cut -d' ' -f1)
 if [ "$(cat "$build_stamp" 2>/dev/null)" != "$build_want" ] || [ ! -f ms_aten/libms_aten.so ] \
     || [ ! -f ms_aten/ms_aten_fast_path.so ]; then
@@ -57,9 +57,9 @@ fi
 "$PY" - <<'PY'
 import mindspore, numpy, torch, transformers
 import ms_aten
-from ms_aten import fast_path
-if not fast_path.available():
-    raise SystemExit(f"[setup] the fast-path module {fast_path.MODULE_PATH} does not load")
+from ms_aten.native import pyboost
+if not pyboost.available():
+    raise SystemExit(f"[setup] the fast-path module {pyboost.MODULE_PATH} does not load")
 print(f"[setup] python ok: mindspore {mindspore.__version__}, torch {torch.__version__}, "
       f"numpy {numpy.__version__}, transformers {transformers.__version__}, "
       f"ms_aten {ms_aten.__version__} with the PYNATIVE fast path")

@@ -7,7 +7,7 @@ import ctypes
 import mindspore as ms
 import numpy as np
 
-from ms_aten import _lib
+from ms_aten.native import library
 from ms_aten.testing import (  # noqa: F401  (re-exported for the tests)
     MODES,
     OpCell,
@@ -35,7 +35,7 @@ class BridgeKernel:
 
     def __init__(self, spec: str):
         if BridgeKernel._api is None:
-            lib = _lib.library()
+            lib = library.load()
             lib.ms_aten_kernel_create.restype = ctypes.c_void_p
             lib.ms_aten_kernel_create.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
             lib.ms_aten_kernel_destroy.argtypes = [ctypes.c_void_p]

@@ -329,13 +329,13 @@ def test_none_at_call_time_for_an_optional_tensor():
 
 def test_pynative_off_the_fast_path_takes_the_same_patterns(monkeypatch):
     # As on a GPU context: PYNATIVE calls go through MindSpore's Custom launch.
-    from ms_aten import fast_path
-    monkeypatch.setattr(fast_path, "available", lambda: False)
+    from ms_aten.native import pyboost
+    monkeypatch.setattr(pyboost, "available", lambda: False)
     x = randn(3, 4, dtype=torch.float16)
     assert_same(run(ms_aten.op("add.Tensor"), (to_ms(x), 1.5), "pynative"), x + 1.5)
     assert_same(run(ms_aten.op("layer_norm", normalized_shape=[4]), (to_ms(X),), "pynative"),
                 F.layer_norm(X, [4]))
-    with pytest.raises(ms_aten.infer.ValueDependentError, match=r"aten::nonzero"):
+    with pytest.raises(ms_aten.ValueDependentError, match=r"aten::nonzero"):
         run(ms_aten.op("nonzero"), (to_ms(X),), "pynative")
 
 

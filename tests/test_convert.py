@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import ms_aten
+from ms_aten.native import dtypes
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.int8,
           torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32,
@@ -29,7 +30,7 @@ def test_round_trip(dtype, shape, copy):
     t = sample(dtype, shape)
     x = ms_aten.to_ms(t, copy=copy)
     assert tuple(x.shape) == shape
-    assert ms_aten.dtypes.to_torch(x.dtype) == dtype
+    assert dtypes.to_torch(x.dtype) == dtype
     back = ms_aten.to_torch(x, copy=copy)
     assert back.dtype == dtype
     assert torch.equal(back, t)

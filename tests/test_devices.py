@@ -14,13 +14,13 @@ from test_c_boundary import ABS, launch
 from torch.utils.cpp_extension import include_paths
 
 import ms_aten
-from ms_aten import _lib
+from ms_aten.native import library
 
 from common import assert_same, run, to_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 X = torch.randn(3, 4)
-HAS_CUDA_BUILD = bool(_lib.library().ms_aten_supports(b"GPU"))
+HAS_CUDA_BUILD = bool(library.load().ms_aten_supports(b"GPU"))
 
 
 def test_set_device_cpu_runs_the_cpu_kernel(mode):

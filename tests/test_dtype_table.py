@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ms_aten import dtypes
+from ms_aten.native import dtypes
 
 # What MindSpore 2.10 hands to AOT kernels: the test's own list, so that a shrunk table fails
 # here instead of silently shrinking every dtype-parametrized test.

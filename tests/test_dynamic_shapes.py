@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from mindspore import Parameter, Tensor, nn
 
 import ms_aten
-from ms_aten.infer import CppInferred, ShapeInferenceError
+from ms_aten.ops.infer import CppInferred, ShapeInferenceError
 
 from common import assert_same, run, set_mode, to_ms
 
@@ -281,9 +281,9 @@ def test_value_dependent_shape_under_unknown_sizes_is_refused_by_name():
 
 def test_pynative_custom_route_infers_through_the_library(monkeypatch):
     """PYNATIVE without the fast path: MindSpore's C++ hook, told by __call__."""
-    from ms_aten import fast_path
+    from ms_aten.native import pyboost
 
-    monkeypatch.setattr(fast_path, "available", lambda: False)
+    monkeypatch.setattr(pyboost, "available", lambda: False)
     op = ms_aten.op("max", dim=0)
     for shape in [(3, 4), (5, 2)]:
         x = randn(*shape)

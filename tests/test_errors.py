@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import ms_aten
-from ms_aten.infer import ShapeInferenceError
+from ms_aten import ShapeInferenceError
 
 from common import run, to_ms
 
@@ -95,17 +95,17 @@ def test_unsupported_dtype_for_the_kernel(mode):
 
 
 def test_missing_library_is_an_import_error_with_a_rebuild_hint(tmp_path, monkeypatch):
-    from ms_aten import _lib
-    monkeypatch.setattr(_lib, "LIBRARY", tmp_path / "libms_aten.so")
-    _lib.library.cache_clear()
+    from ms_aten.native import library
+    monkeypatch.setattr(library, "LIBRARY", tmp_path / "libms_aten.so")
+    library.load.cache_clear()
     try:
         with pytest.raises(ImportError, match=r"missing; rebuild it with `bash scripts/setup.sh`"):
-            _lib.library()
+            library.load()
         (tmp_path / "libms_aten.so").write_bytes(b"not an ELF file")
-        _lib.library.cache_clear()
+        library.load.cache_clear()
         with pytest.raises(ImportError, match=r"cannot be loaded(.|\n)*rebuild"):
-            _lib.library()
+            library.load()
     finally:
         monkeypatch.undo()
-        _lib.library.cache_clear()
-        _lib.library()
+        library.load.cache_clear()
+        library.load()

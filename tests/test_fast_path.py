@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from mindspore import mint
 
 import ms_aten
-from ms_aten import fast_path
+from ms_aten.native import pyboost
+from ms_aten.ops import fast_path
 
 from common import (
     as_tuple,
@@ -46,18 +47,18 @@ IDS = [f"{name}-{i}" for i, (name, *_) in enumerate(CASES)]
 @pytest.fixture(autouse=True)
 def pynative(request):
     """PYNATIVE mode; a skip when the module is not built, except for the fallback tests."""
-    if "unbuilt" not in request.fixturenames and not fast_path.available():
-        pytest.skip("fast-path module not built (python -m ms_aten.fast_path)")
+    if "unbuilt" not in request.fixturenames and not pyboost.available():
+        pytest.skip("fast-path module not built (python -m ms_aten.native.pyboost)")
     set_mode("pynative")
 
 
 @pytest.fixture
 def unbuilt(monkeypatch, tmp_path):
     """fast_path looks for its module in an empty directory."""
-    monkeypatch.setattr(fast_path, "MODULE_PATH", tmp_path / "missing.so")
-    fast_path._module.cache_clear()
+    monkeypatch.setattr(pyboost, "MODULE_PATH", tmp_path / "missing.so")
+    pyboost._module.cache_clear()
     yield
-    fast_path._module.cache_clear()  # before monkeypatch restores the path: re-read then
+    pyboost._module.cache_clear()  # before monkeypatch restores the path: re-read then
 
 
 @pytest.mark.parametrize("name, constants, inputs, reference", CASES, ids=IDS)
@@ -211,7 +212,7 @@ def test_wrong_tensor_count_is_a_type_error():
 # ---- fallback -----------------------------------------------------------------------------
 
 def test_missing_module_is_silently_unavailable(unbuilt, recwarn):
-    assert not fast_path.available()
+    assert not pyboost.available()
     assert not recwarn.list
     with pytest.raises(RuntimeError, match=r"not built"):
         fast_path.call(ms_aten.op("relu"), to_ms(X))
@@ -220,9 +221,9 @@ def test_missing_module_is_silently_unavailable(unbuilt, recwarn):
 def test_module_built_for_another_mindspore_is_not_used(monkeypatch):
     built_for = re.escape(ms.__version__)
     monkeypatch.setattr(ms, "__version__", "0.0.1")
-    fast_path._module.cache_clear()
+    pyboost._module.cache_clear()
     try:
         with pytest.warns(RuntimeWarning, match=rf"built for MindSpore {built_for}, not 0\.0\.1"):
-            assert not fast_path.available()
+            assert not pyboost.available()
     finally:
-        fast_path._module.cache_clear()
+        pyboost._module.cache_clear()

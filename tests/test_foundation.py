@@ -13,7 +13,8 @@ from mindspore import ops
 
 import ms_aten
 from ms_aten import build as ms_build
-from ms_aten.dtypes import TORCH_TO_MS
+from ms_aten.native import dtypes, library
+from ms_aten.native.dtypes import TORCH_TO_MS
 
 from common import assert_same, run, to_ms
 
@@ -104,10 +105,10 @@ def test_every_dtype_computes(mode, dtype):
 
 
 def test_dtype_table_rejects_unknown_strings():
-    lib = ms_aten._lib.library()
+    lib = library.load()
     assert lib is not None  # the C++ table itself is exercised by every test above
     with pytest.raises(TypeError, match="unsupported dtype"):
-        ms_aten.dtypes.to_torch("float32")
+        dtypes.to_torch("float32")
 
 
 def test_float16_and_bfloat16_compute(mode):

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from mindspore import nn
 
 import ms_aten
-from ms_aten.program import Signature
+from ms_aten.programs.program import Signature
 
 from common import MODES, BridgeKernel, OpCell, assert_same, run, set_mode, to_ms, to_torch
 

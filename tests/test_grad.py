@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from mindspore import nn
 
 import ms_aten
-from ms_aten import fast_path
+from ms_aten.native import pyboost
 
 from common import as_tuple, cotangents, flat, randn, set_mode, to_ms, to_torch, torch_grads
 
@@ -324,7 +324,7 @@ def test_gradient_penalty_through_lists_and_multiple_outputs(mode):
 def test_second_order_without_the_fast_path_module(monkeypatch):
     # PYNATIVE falls back to the Custom route when the fast-path module is missing: there the
     # VJP primitives' own bprops give second orders, except through a Tensor[] input.
-    monkeypatch.setattr(fast_path, "available", lambda: False)
+    monkeypatch.setattr(pyboost, "available", lambda: False)
     set_mode("pynative")
     weight, vector = randn64(3, 4), randn64(3, 4)
     expected = torch_hessian_vector(torch.tanh, (X64,), weight, [vector])

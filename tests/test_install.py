@@ -31,12 +31,13 @@ from mindspore import nn
 
 import ms_aten
 import ms_aten.testing
-from ms_aten import fast_path
+from ms_aten.native import pyboost
+from ms_aten.ops import fast_path
 
 package = Path(ms_aten.__file__).parent
 assert package.is_relative_to(sys.prefix), f"ms_aten imported from {package}, not the venv"
 assert not (package.parent / "csrc").exists(), "a source tree beside the installed package"
-assert fast_path.available(), f"the fast-path module {fast_path.MODULE_PATH} does not load"
+assert pyboost.available(), f"the fast-path module {pyboost.MODULE_PATH} does not load"
 
 x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
 want = torch.nn.functional.gelu(torch.from_numpy(x)).numpy()

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import ms_aten
-from ms_aten import fast_path
+from ms_aten.native import pyboost
+from ms_aten.ops import fast_path
 
 from common import BridgeKernel, set_mode, to_ms, to_torch
 
@@ -148,7 +149,7 @@ def test_an_out_kernel_that_resizes_its_output_is_retired_and_results_stay_right
             assert not kernel.uses_out()
 
 
-@pytest.mark.skipif(not fast_path.available(), reason="fast-path module not built")
+@pytest.mark.skipif(not pyboost.available(), reason="fast-path module not built")
 def test_the_op_s_own_kernel_keeps_its_out_path_after_a_bad_call():
     set_mode("pynative")
     op = ms_aten.op("index_select", dim=0)
@@ -167,9 +168,9 @@ def test_the_op_s_own_kernel_keeps_its_out_path_after_a_bad_call():
 # ---- the package's errors -----------------------------------------------------------------
 
 def test_error_classes_are_exported():
-    from ms_aten.build import BuildError
-    from ms_aten.constants import ConstantError
-    from ms_aten.infer import ShapeInferenceError
+    from ms_aten.native.build import BuildError
+    from ms_aten.ops.constants import ConstantError
+    from ms_aten.ops.infer import ShapeInferenceError
 
     namespace: dict = {}
     exec("from ms_aten import *", namespace)  # noqa: S102 (what __all__ promises)

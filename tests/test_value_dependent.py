@@ -12,7 +12,7 @@ from mindspore import nn
 from test_grad import ms_grads
 
 import ms_aten
-from ms_aten import fast_path
+from ms_aten.native import pyboost
 
 from common import assert_same, run, set_mode, to_ms, to_torch, torch_grads
 
@@ -25,8 +25,8 @@ aten = torch.ops.aten
 
 @pytest.fixture(autouse=True)
 def needs_fast_path():
-    if not fast_path.available():
-        pytest.skip("fast-path module not built (python -m ms_aten.fast_path)")
+    if not pyboost.available():
+        pytest.skip("fast-path module not built (python -m ms_aten.native.pyboost)")
 
 
 # (op, constants, call-time inputs, torch reference)
@@ -174,7 +174,7 @@ def test_an_op_without_a_meta_kernel_has_static_shapes_in_both_modes(mode):
 def test_an_op_torch_cannot_bound_is_refused_in_graph_mode_and_runs_in_pynative():
     # bincount's size is its largest value: torch's fake kernel gives it no upper bound.
     op, x = ms_aten.op("bincount"), torch.tensor([1, 4, 1, 0])
-    with pytest.raises(ms_aten.infer.ValueDependentError,
+    with pytest.raises(ms_aten.ValueDependentError,
                        match=r"'aten::bincount'.*depends on input values.*torch gives none"):
         run(op, (to_ms(x),), "graph")
     assert_same(run(op, (to_ms(x),), "pynative"), torch.bincount(x))

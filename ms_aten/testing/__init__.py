@@ -17,7 +17,7 @@ import mindspore as ms
 import torch
 from mindspore import Tensor, nn
 
-from .. import convert
+from ..native import convert
 
 MODES = {"graph": ms.GRAPH_MODE, "pynative": ms.PYNATIVE_MODE}
 # One seeded generator for every randn: reproducible inputs for a given set of tests.

@@ -67,7 +67,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import ms_aten  # noqa: I001  (imports torch first, then loads the bridge library)
 
-from ..dtypes import TORCH_TO_MS
+from ..native.dtypes import TORCH_TO_MS
 from . import flat, regroup, to_ms, to_torch
 
 ms.set_device("CPU")

@@ -19,7 +19,7 @@ from typing import Any, Protocol, cast
 from mindspore import ops
 from mindspore.common import dtype as mstype
 
-from . import _lib
+from ..native import library
 from . import pattern as patterns
 from .binding import Binding
 from .infer import CppInferred, flatten_infer_args, graph_mode
@@ -93,14 +93,14 @@ class AtenVjp(CppInferred):
                  pattern: Pattern | None = None):
         self.order = order
         self.pattern = pattern
-        target = device_target or _lib.current_target()  # retarget() changes it
+        target = device_target or library.current_target()  # retarget() changes it
         name = f"{binding.name} (backward{'' if order == 1 else f' of order {order}'})"
         kind = "vjp" if order == 1 else f"vjp{order}"
         super().__init__(binding, binding.spec(kind, pattern=pattern), name,
                          _output_count(binding, order, pattern) != 1, target)
         if pattern is not None:
             self.del_prim_attr("cpp_infer_shape")
-        if target != _lib.current_target():
+        if target != library.current_target():
             ops.Custom.set_device(self, target)
 
     def check_count(self, shapes) -> None:
@@ -131,7 +131,7 @@ class AtenVjp(CppInferred):
                 raise RuntimeError(
                     f"ms_aten: {self.binding.name}: gradients of order {self.order + 1} of ops "
                     f"with a Tensor[] input need GRAPH mode or the PYNATIVE fast path (build it "
-                    f"with `python -m ms_aten.fast_path`)")
+                    f"with `python -m ms_aten.native.pyboost`)")
             self.bprop = _vjp_bprop(self)
         elif self.bprop.vjp.device_target != self.device_target:
             from .op import retarget  # op.py imports this module

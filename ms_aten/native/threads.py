@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from . import _lib
+from . import library
 
 ENV = "MS_ATEN_NUM_THREADS"
 
@@ -14,12 +14,12 @@ def set_num_threads(n: int) -> None:
     a per-thread OpenMP setting there, does not reach."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"ms_aten.set_num_threads expects an int >= 0, got {n!r}")
-    _lib.library().ms_aten_set_num_threads(n)
+    library.load().ms_aten_set_num_threads(n)
 
 
 def get_num_threads() -> int:
     """The configured count (0: ATen's default)."""
-    return _lib.library().ms_aten_get_num_threads()
+    return library.load().ms_aten_get_num_threads()
 
 
 def configure_from_environment() -> None:

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import torch
 
-from . import dtypes
+from ..native import dtypes
 
 # torch's enum values, as c10::MemoryFormat and c10::Layout number them.
 _MEMORY_FORMATS = {torch.contiguous_format: 0, torch.preserve_format: 1,

@@ -8,7 +8,8 @@ import torch
 from mindspore import ops
 from mindspore.common import dtype as mstype
 
-from . import _lib, fast_path
+from ..native import library, pyboost
+from . import fast_path
 from . import pattern as patterns
 from .binding import SPEC_ATTR, Binding
 from .bounded import ValueDependentOp
@@ -65,7 +66,7 @@ class AtenOp(CppInferred):
         self.pattern: Any = _UNSET  # fixed by the first inference
         self.bprops: dict[Pattern | None, Any] = {}  # bprops carry their VJP kernel (grad.py)
         self.binding = binding
-        self.device_target = _lib.current_target()  # retarget() changes it
+        self.device_target = library.current_target()  # retarget() changes it
         explicit = patterns.needs_explicit(binding)  # its spec comes with the first call
         multi_output = binding.returns_list or len(binding.schema.returns) > 1
         super().__init__(binding, "" if explicit else self.spec(None), binding.name,
@@ -90,11 +91,11 @@ class AtenOp(CppInferred):
         return spec
 
     def __call__(self, *args):
-        # PYNATIVE on CPU: the pyboost fast path (ms_aten/fast_path.py), about 20x cheaper per
+        # PYNATIVE on CPU: the pyboost fast path (ops/fast_path.py), about 20x cheaper per
         # call than Custom's launch. GRAPH mode never calls __call__ (the op is a primitive
         # there), so it stays on the AOT kernel.
         result: Any
-        if self.device_target == "CPU" and not graph_mode() and fast_path.available():
+        if self.device_target == "CPU" and not graph_mode() and pyboost.available():
             result = fast_path.call(self, *args)
         else:  # PYNATIVE's Custom route: MindSpore infers this call next
             pattern = patterns.from_call(self.binding, args)
@@ -254,7 +255,7 @@ def _zeros_bprop(binding: Binding, pattern: Pattern | None) -> Callable:
 def retarget(custom: ops.Custom, device_target: str) -> None:
     """Point an ms_aten Custom op at the bridge's kernel for `device_target`."""
     # raises before anything runs if unsupported
-    func = _lib.kernel(device_target, custom.multi_output)
+    func = library.kernel(device_target, custom.multi_output)
     ops.Custom.set_device(custom, device_target)
     custom.uniq_name = custom.uniq_name.replace(custom.func, func)
     custom.func = custom.func_name = func

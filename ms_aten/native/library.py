@@ -7,14 +7,14 @@ from pathlib import Path
 
 import torch
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # ms_aten/, where the build puts it
 LIBRARY = PACKAGE_DIR / "libms_aten.so"
 INCLUDE_DIR = PACKAGE_DIR / "include"
 REBUILD_HINT = "rebuild it with `bash scripts/setup.sh` (or `pip install --no-build-isolation .`)"
 
 
 @cache
-def library() -> ctypes.CDLL:
+def load() -> ctypes.CDLL:
     """The loaded bridge library; ImportError saying how to rebuild if it is missing or broken."""
     if not LIBRARY.is_file():
         raise ImportError(f"ms_aten's bridge library {LIBRARY} is missing; {REBUILD_HINT}")
@@ -47,7 +47,7 @@ def kernel(target: str, multi_output: bool = False) -> str:
     if target not in ENTRY_POINTS:
         raise ValueError(f"unknown device target {target!r}; "
                          f"expected one of {sorted(ENTRY_POINTS)}")
-    lib = library()
+    lib = load()
     lib.ms_aten_supports.restype = ctypes.c_int
     if not lib.ms_aten_supports(target.encode()):
         backend = {"GPU": "CUDA", "Ascend": "Ascend NPU"}[target]
@@ -67,6 +67,6 @@ def current_target() -> str:
 def launch_count() -> int:
     """How many ms_aten kernel launches this process made (forwards, backwards, programs):
     a whole-model forward is one."""
-    lib = library()
+    lib = load()
     lib.ms_aten_launch_count.restype = ctypes.c_int64
     return int(lib.ms_aten_launch_count())

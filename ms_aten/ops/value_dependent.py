@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from mindspore import Tensor
 
+from ..native.convert import to_ms, to_torch
 from . import pattern as patterns
-from .convert import to_ms, to_torch
 from .fake_infer import number_positions, wrapped_number
 
 if TYPE_CHECKING:

@@ -13,12 +13,12 @@ import mindspore as ms
 import torch
 from mindspore.common import dtype as mstype
 
-from . import _lib
+from . import library
 
 
 def _library_table() -> list[tuple[str, str]]:
     """(MindSpore name, ATen ScalarType name) for each entry of the library's table."""
-    lib = _lib.library()
+    lib = library.load()
     for symbol in ("ms_aten_dtype_name", "ms_aten_dtype_aten_name"):
         getattr(lib, symbol).restype = ctypes.c_char_p
         getattr(lib, symbol).argtypes = [ctypes.c_int]
@@ -29,8 +29,8 @@ def _library_table() -> list[tuple[str, str]]:
 
 
 def _disagree(name: str, problem: str) -> NoReturn:
-    raise ImportError(f"ms_aten's dtype table (in {_lib.LIBRARY}) disagrees with the installed "
-                      f"packages on '{name}': {problem}; {_lib.REBUILD_HINT}")
+    raise ImportError(f"ms_aten's dtype table (in {library.LIBRARY}) disagrees with the installed "
+                      f"packages on '{name}': {problem}; {library.REBUILD_HINT}")
 
 
 def _pair(name: str, aten_name: str) -> tuple[Any, torch.dtype]:

@@ -17,8 +17,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from . import _lib, dtypes
-from . import constants as consts
+from ..native import dtypes, library
+from ..ops import constants as consts
 
 # Torch's CPU generator state, which the forward of a random program hands to its VJP.
 RNG_STATE_BYTES = torch.get_rng_state().numel()
@@ -80,19 +80,6 @@ class Program:
         user = slice(self.n_weights, None)
         return Signature(tuple(tuple(s) for s in shapes[user]),
                          tuple(map(dtypes.to_torch, ms_dtypes[user])))
-
-
-def export(module: torch.nn.Module, example_inputs: tuple, name: str) -> ExportedProgram:
-    """torch.export of `module`, functionalized, with high-level ATen ops kept (an empty
-    decomposition table keeps linear, layer_norm, scaled_dot_product_attention: their CPU
-    kernels are faster than their decompositions); CaptureError carries torch's reason."""
-    try:
-        exported = torch.export.export(module, tuple(example_inputs), strict=False)
-        return exported.run_decompositions({})
-    except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: "
-                           f"{type(error).__name__}: {first}") from error
 
 
 def _meta_tensors(value: Any) -> list[torch.Tensor | None]:
@@ -290,7 +277,7 @@ def register(family: str, program: Program) -> None:
     """Hands a capture to the library under its family and input signature (csrc/
     program_family.h), which decodes both specs now: a node it cannot run fails before any
     launch, as a CaptureError."""
-    lib = _lib.library()
+    lib = library.load()
     lib.ms_aten_program_register.argtypes = [ctypes.c_char_p] * 4 + [ctypes.c_char_p,
                                                                       ctypes.c_size_t]
     error = ctypes.create_string_buffer(4096)
@@ -305,9 +292,3 @@ def family_spec(kind: str, program: Program, family: str) -> str:
     """The primitive attribute of a program family's forward ("call") or VJP kernel."""
     return (f"family {kind} {quote(program.name, safe='')} {family} {program.n_weights} "
             f"{len(program.signature.shapes)}")
-
-
-def example_like(signature: Signature) -> tuple[torch.Tensor, ...]:
-    """Zero tensors with a signature's shapes and dtypes, to capture again for new shapes."""
-    return tuple(torch.zeros(s, dtype=d)
-                 for s, d in zip(signature.shapes, signature.dtypes, strict=True))

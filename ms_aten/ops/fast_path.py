@@ -1,91 +1,29 @@
 """The PYNATIVE fast path: an AtenOp call through a MindSpore CustomOpBuilder (pyboost) module.
 
-ops.Custom(func_type="aot") costs ~120 us per PYNATIVE call; the pyboost module built from
-csrc/pyboost/fast_path.cpp runs the same libms_aten.so kernel through MindSpore's PyNative
-pipeline in a fraction of that, gradients included (MindSpore's C++ autograd Function, with
-the op's VJP kernel as backward). GRAPH mode has no pyboost CPU kernel and stays on Custom.
-
-The module is compiled at install time, next to libms_aten.so (setup.py runs
-fast_path_builder); at run time it is only loaded. When it is missing, `available()` is False
-and callers keep using the Custom route; when it exists but cannot be loaded, a warning says
-why, once.
+ops.Custom(func_type="aot") costs ~120 us per PYNATIVE call; the pyboost module
+(ms_aten/native/pyboost.py loads it) runs the same libms_aten.so kernel through MindSpore's
+PyNative pipeline in a fraction of that, gradients included (MindSpore's C++ autograd Function,
+with the op's VJP kernel as backward). GRAPH mode has no pyboost CPU kernel and stays on Custom.
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-import time
-import warnings
 from collections.abc import Sequence
-from functools import cache
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import mindspore as ms
 from mindspore import Tensor
 
-from . import dtypes, fast_path_builder, value_dependent
+from ..native import dtypes, pyboost
 from . import pattern as patterns
-from ._lib import LIBRARY, PACKAGE_DIR
+from . import value_dependent
 from .infer import ValueDependentError
 from .pattern import Pattern
 
 if TYPE_CHECKING:  # op.py will import this module to route PYNATIVE calls here
     from .op import AtenOp
 
-MODULE_NAME = fast_path_builder.MODULE_NAME
-MODULE_PATH = PACKAGE_DIR / fast_path_builder.MODULE_FILE
 STATE_ATTR = "_ms_aten_fast_path"
-# A source checkout (not an installed package) can rebuild the module in place.
-CSRC = PACKAGE_DIR.parent / "csrc"
-
-
-def build() -> Path:
-    """Rebuild the module in a source checkout (pip install and setup.py build_ext do it too).
-
-    A process that already loaded the module keeps the old one. RuntimeError with the compiler's
-    output when the build fails, or when there is no csrc/ beside the package.
-    """
-    if not (CSRC / "pyboost" / "fast_path.cpp").is_file():
-        raise RuntimeError(f"no sources at {CSRC}: an installed ms_aten is rebuilt by "
-                           f"reinstalling it (pip install --no-build-isolation ms_aten)")
-    path = fast_path_builder.build(CSRC, LIBRARY, MODULE_PATH,
-                                   PACKAGE_DIR.parent / "build" / "fast_path")
-    _module.cache_clear()
-    return path
-
-
-@cache
-def _module() -> ModuleType | None:
-    """The loaded fast-path module, or None (missing: silently; unusable: with a warning)."""
-    if not MODULE_PATH.is_file():
-        return None
-    module = sys.modules.get(MODULE_NAME)  # an extension module initializes once per process
-    if module is None:
-        spec = importlib.util.spec_from_file_location(MODULE_NAME, MODULE_PATH)
-        # A ".so" path always gets an ExtensionFileLoader.
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        try:
-            spec.loader.exec_module(module)
-        except ImportError as error:
-            warnings.warn(f"ms_aten: cannot load {MODULE_PATH} ({error}); PYNATIVE calls use "
-                          f"the slower Custom route", RuntimeWarning, stacklevel=3)
-            return None
-        sys.modules[MODULE_NAME] = module
-    if module.mindspore_version != ms.__version__:
-        warnings.warn(f"ms_aten: {MODULE_PATH} was built for MindSpore "
-                      f"{module.mindspore_version}, not {ms.__version__}; PYNATIVE calls use the "
-                      f"slower Custom route until ms_aten is rebuilt for it",
-                      RuntimeWarning, stacklevel=3)
-        return None
-    return module
-
-
-def available() -> bool:
-    """Whether the fast-path module was built and loads."""
-    return _module() is not None
 
 
 class _OpState:
@@ -161,11 +99,7 @@ def flatten(args: Sequence[Any]) -> list[Any]:
 def _state(op: AtenOp) -> _OpState:
     state = getattr(op, STATE_ATTR, None)
     if state is None:
-        module = _module()
-        if module is None:
-            raise RuntimeError("ms_aten's fast-path module is not built "
-                               "(python -m ms_aten.fast_path)")
-        state = _OpState(module, op)
+        state = _OpState(pyboost.module(), op)
         setattr(op, STATE_ATTR, state)  # kernels live as long as the op (and its pending calls)
     return state
 
@@ -203,19 +137,3 @@ def call(op: AtenOp, *args: Any) -> Tensor | tuple[Tensor, ...]:
     if outputs is VALUE_DEPENDENT:
         return value_dependent.run(state.module, op, vjp, flat, pattern)
     return state.module.run(forward, vjp, flat, outputs)
-
-
-def main() -> int:
-    """python -m ms_aten.fast_path: rebuild the module in a source checkout."""
-    start = time.perf_counter()
-    try:
-        path = build()
-    except RuntimeError as error:
-        print(f"ms_aten.fast_path: build failed: {error}", file=sys.stderr)
-        return 1
-    print(f"{path} built in {time.perf_counter() - start:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,9 +4,10 @@ from __future__ import annotations
 import torch
 from mindspore import Parameter, ParameterTuple, nn, ops
 
-from .convert import to_ms, to_torch
+from ..native.convert import to_ms, to_torch
+from .capture import example_like, export
 from .function import AtenFunction
-from .program import Program, Signature, build, example_like, export
+from .program import Program, Signature, build
 
 
 class TorchModule(nn.Cell):

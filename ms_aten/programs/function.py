@@ -8,18 +8,17 @@ import torch
 from mindspore import ops
 from mindspore.common import dtype as mstype
 
-from . import _lib, dtypes
-from .binding import SPEC_ATTR
-from .grad import with_arity
-from .infer import ShapeInferenceError, flatten_infer_args, graph_mode
-from .op import unique_id
+from ..native import dtypes, library
+from ..ops.binding import SPEC_ATTR
+from ..ops.grad import with_arity
+from ..ops.infer import ShapeInferenceError, flatten_infer_args, graph_mode
+from ..ops.op import unique_id
+from .capture import example_like, export
 from .program import (
     RNG_STATE_BYTES,
     Program,
     Signature,
     build,
-    example_like,
-    export,
     family_spec,
     register,
 )
@@ -39,7 +38,7 @@ class _ProgramBackward(ops.Custom):
         self.program = program
         self.family = family
         self.n_results = n_results
-        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
+        super().__init__(library.kernel(library.current_target()), out_shape=self._unused,
                          out_dtype=self._unused, func_type="aot")
         self.add_prim_attr(SPEC_ATTR, family_spec(kind, program, family))
         self.add_prim_attr("ms_aten_uid", unique_id())
@@ -156,7 +155,7 @@ class AtenFunction(ops.Custom):
         self.family = str(unique_id())
         register(self.family, program)
         self.programs: dict[Signature, Program] = {program.signature: program}
-        super().__init__(_lib.kernel(_lib.current_target()), out_shape=self._unused,
+        super().__init__(library.kernel(library.current_target()), out_shape=self._unused,
                          out_dtype=self._unused, func_type="aot",
                          bprop=make_program_bprop(program, self.family))
         self.add_prim_attr(SPEC_ATTR, family_spec("call", program, self.family))

@@ -25,7 +25,7 @@ from mindspore import context, ops
 from mindspore.common import dtype as mstype
 from mindspore.ops.primitive import prim_type
 
-from . import _lib, dtypes
+from ..native import dtypes, library
 from . import pattern as patterns
 from .binding import SPEC_ATTR, Binding
 
@@ -47,7 +47,7 @@ def unique_id() -> int:
 
 @cache
 def _infer_function():
-    function = _lib.library().ms_aten_infer
+    function = library.load().ms_aten_infer
     shapes = ctypes.POINTER(ctypes.POINTER(ctypes.c_int64))
     function.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int,
                          ctypes.POINTER(ctypes.c_int), shapes, ctypes.POINTER(ctypes.c_char_p),
@@ -127,7 +127,7 @@ class CppInferred(ops.Custom):
         self.device_target = device_target  # op.retarget changes it
         # out_shape None: MindSpore calls the library's C++ shape hook; a callable out_dtype
         # keeps the dtypes with __infer__ (see the module's docstring).
-        super().__init__(_lib.kernel(device_target, multi_output), out_shape=None,
+        super().__init__(library.kernel(device_target, multi_output), out_shape=None,
                          out_dtype=self._unused, func_type="aot", bprop=bprop)
         self.add_prim_attr(SPEC_ATTR, spec)
         # A fresh id per object: MindSpore's PyNative kernel cache keys on func and attributes,

@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from . import _lib, dtypes
+from ..native import dtypes, library
 from . import pattern as patterns
 from .binding import Binding
 from .constants import is_tensor_arg
@@ -73,7 +73,7 @@ def wrapped_number(dtype, value: bool | int | float | complex = 0) -> torch.Tens
     wide = (torch.bool if kind == torch.bool else torch.complex128 if kind.is_complex
             else torch.float64 if kind.is_floating_point else torch.int64)
     tensor = torch.tensor(value, dtype=wide)
-    if _lib.library().ms_aten_mark_wrapped_number(ctypes.c_void_p(tensor._cdata)) != 0:
+    if library.load().ms_aten_mark_wrapped_number(ctypes.c_void_p(tensor._cdata)) != 0:
         raise AssertionError("ms_aten_mark_wrapped_number refused a 0-dim tensor")
     return tensor
 

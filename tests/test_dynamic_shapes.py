@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from mindspore import Parameter, Tensor, nn
 
 import ms_aten
-from ms_aten.ops.infer import CppInferred, ShapeInferenceError
+from ms_aten import ShapeInferenceError
+from ms_aten.ops.primitive import CppInferred
 
 from common import assert_same, run, set_mode, to_ms
 

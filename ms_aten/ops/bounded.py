@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mindspore import Tensor, nn, ops
 from mindspore.common import dtype as mstype
@@ -36,10 +36,21 @@ from mindspore.ops.primitive import PrimitiveWithInfer, _primexpr
 from .binding import Binding
 from .fake_infer import FakeInfer
 from .grad import make_padded_bprop
-from .infer import CppInferred, ValueDependentError, flatten_infer_args, unique_id
+from .infer import ValueDependentError, flatten_infer_args
+from .primitive import CppInferred, unique_id
 
-if TYPE_CHECKING:
-    from .op import AtenOp
+
+class BridgedOp(Protocol):
+    """What a ValueDependentOp needs of the op it wraps (op.py's AtenOp, which builds it)."""
+
+    binding: Binding
+    infer: FakeInfer
+    device_target: str
+    multi_output: bool
+
+    def __call__(self, *args: Any) -> Any: ...
+
+    def set_device(self, device_target: str) -> Any: ...
 
 # The FakeInfer of each ValueDependentOp, by key: the compile-time decision (_padded_outputs)
 # takes constants only, so it finds the op's inference through this table.
@@ -49,7 +60,7 @@ _INFERS: weakref.WeakValueDictionary[int, FakeInfer] = weakref.WeakValueDictiona
 class PaddedOp(CppInferred):
     """The op's call into outputs padded to their bounds, then one int64 shape per output."""
 
-    def __init__(self, op: AtenOp):
+    def __init__(self, op: BridgedOp):
         self.infer = op.infer
         binding = op.binding
         super().__init__(binding, binding.spec("bounded"), f"{binding.name} (padded)", True,
@@ -153,7 +164,7 @@ class ValueDependentOp(nn.Cell):
     """What ms_aten.op returns for an op torch tags `dynamic_output_shape` (see the module's
     docstring): the op itself in PYNATIVE mode, padded and cut in GRAPH mode."""
 
-    def __init__(self, op: AtenOp):
+    def __init__(self, op: BridgedOp):
         super().__init__()
         self.op = op
         self.padded = PaddedOp(op)
@@ -183,9 +194,7 @@ class ValueDependentOp(nn.Cell):
 
     def set_device(self, device_target: str) -> ValueDependentOp:
         """AtenOp.set_device, for both kernels."""
-        from .op import retarget  # op.py imports this module
-
         self.op.set_device(device_target)
-        retarget(self.padded, device_target)
-        retarget(self.padded.bprop.vjp, device_target)
+        self.padded.retarget(device_target)
+        self.padded.bprop.vjp.retarget(device_target)
         return self

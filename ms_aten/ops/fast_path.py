@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import mindspore as ms
 from mindspore import Tensor
@@ -17,11 +17,19 @@ from mindspore import Tensor
 from ..native import dtypes, pyboost
 from . import pattern as patterns
 from . import value_dependent
+from .binding import Binding
+from .fake_infer import FakeInfer
 from .infer import ValueDependentError
 from .pattern import Pattern
 
-if TYPE_CHECKING:  # op.py will import this module to route PYNATIVE calls here
-    from .op import AtenOp
+
+class RoutedOp(Protocol):
+    """What the fast path needs of an op (op.py's AtenOp routes its PYNATIVE calls here)."""
+
+    binding: Binding
+    infer: FakeInfer
+
+    def spec(self, pattern: Pattern | None) -> str: ...
 
 STATE_ATTR = "_ms_aten_fast_path"
 
@@ -30,7 +38,7 @@ class _OpState:
     """Per-op fast-path state: forward and VJP kernels per call pattern (pattern.py), and one
     Outputs per input signature."""
 
-    def __init__(self, module: ModuleType, op: AtenOp) -> None:
+    def __init__(self, module: ModuleType, op: RoutedOp) -> None:
         binding = op.binding
         # Calls that are all tensors, one per slot, skip computing their pattern.
         self.plain = (binding.list_position is None and not patterns.needs_explicit(binding))
@@ -96,7 +104,7 @@ def flatten(args: Sequence[Any]) -> list[Any]:
     return flat
 
 
-def _state(op: AtenOp) -> _OpState:
+def _state(op: RoutedOp) -> _OpState:
     state = getattr(op, STATE_ATTR, None)
     if state is None:
         state = _OpState(pyboost.module(), op)
@@ -104,7 +112,7 @@ def _state(op: AtenOp) -> _OpState:
     return state
 
 
-def call(op: AtenOp, *args: Any) -> Tensor | tuple[Tensor, ...]:
+def call(op: RoutedOp, *args: Any) -> Tensor | tuple[Tensor, ...]:
     """op(*args) in PYNATIVE mode through the fast path: a Tensor, or a tuple of Tensors.
 
     op: an ms_aten.AtenOp; args: its call-time tensors, a Tensor[] argument as a tuple (as for
@@ -135,5 +143,5 @@ def call(op: AtenOp, *args: Any) -> Tensor | tuple[Tensor, ...]:
         outputs = state.outputs_for(flat, key, pattern)
     forward, vjp = state.kernels_for(pattern)
     if outputs is VALUE_DEPENDENT:
-        return value_dependent.run(state.module, op, vjp, flat, pattern)
+        return value_dependent.run(state.module, op.infer, vjp, flat, pattern)
     return state.module.run(forward, vjp, flat, outputs)

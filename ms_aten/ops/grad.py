@@ -22,8 +22,9 @@ from mindspore.common import dtype as mstype
 from ..native import library
 from . import pattern as patterns
 from .binding import Binding
-from .infer import CppInferred, flatten_infer_args, graph_mode
+from .infer import flatten_infer_args
 from .pattern import Pattern
+from .primitive import CppInferred, graph_mode
 
 
 def _as_tuple(value) -> tuple:
@@ -134,9 +135,7 @@ class AtenVjp(CppInferred):
                     f"with `python -m ms_aten.native.pyboost`)")
             self.bprop = _vjp_bprop(self)
         elif self.bprop.vjp.device_target != self.device_target:
-            from .op import retarget  # op.py imports this module
-
-            retarget(self.bprop.vjp, self.device_target)
+            self.bprop.vjp.retarget(self.device_target)
         return self.bprop
 
 

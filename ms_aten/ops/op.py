@@ -16,17 +16,14 @@ from .bounded import ValueDependentOp
 from .fake_infer import FakeInfer
 from .grad import make_bprop, with_arity
 from .infer import (
-    SITE_ATTR,
-    CppInferred,
     Shape,
     ShapeInferenceError,
     ValueDependentError,
     flatten_infer_args,
-    graph_mode,
     infer_outputs,
-    unique_id,  # noqa: F401 (function.py imports it from here)
 )
 from .pattern import Pattern
+from .primitive import SITE_ATTR, CppInferred, graph_mode
 from .schema import inplace_variant, op_name, out_variant, resolve
 
 _UNSET = object()
@@ -217,16 +214,16 @@ class AtenOp(CppInferred):
                                             if self.binding.returns_nothing
                                             else make_bprop(self.binding, pattern))
             if getattr(bprop, "vjp", None) is not None and self.device_target != "CPU":
-                retarget(bprop.vjp, self.device_target)
+                bprop.vjp.retarget(self.device_target)
         return bprop
 
     def set_device(self, device_target: str) -> AtenOp:
         """Run this op (and its backward) on `device_target` whatever MindSpore's context says,
         e.g. set_device("CPU") for the CPU ATen kernel while the context is GPU."""
-        retarget(self, device_target)
+        self.retarget(device_target)
         for bprop in self.bprops.values():
             if getattr(bprop, "vjp", None) is not None:
-                retarget(bprop.vjp, device_target)
+                bprop.vjp.retarget(device_target)
         self.infer.device = _torch_device(device_target)
         return self
 
@@ -250,18 +247,6 @@ def _zeros_bprop(binding: Binding, pattern: Pattern | None) -> Callable:
         return grads
 
     return with_arity(arity, gradients)
-
-
-def retarget(custom: ops.Custom, device_target: str) -> None:
-    """Point an ms_aten Custom op at the bridge's kernel for `device_target`."""
-    # raises before anything runs if unsupported
-    func = library.kernel(device_target, custom.multi_output)
-    ops.Custom.set_device(custom, device_target)
-    custom.uniq_name = custom.uniq_name.replace(custom.func, func)
-    custom.func = custom.func_name = func
-    custom.add_prim_attr("func_name", func)
-    custom.add_prim_attr("uniq_name", custom.uniq_name)
-    custom.device_target = device_target
 
 
 def op(name: Any, **constants: Any) -> AtenOp | ValueDependentOp:

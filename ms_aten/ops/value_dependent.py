@@ -17,17 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from mindspore import Tensor
 
 from ..native.convert import to_ms, to_torch
 from . import pattern as patterns
-from .fake_infer import number_positions, wrapped_number
-
-if TYPE_CHECKING:
-    from .op import AtenOp
+from .fake_infer import FakeInfer, number_positions, wrapped_number
 
 
 def _results(value) -> list[torch.Tensor]:
@@ -36,10 +33,12 @@ def _results(value) -> list[torch.Tensor]:
     return [t for item in value for t in _results(item)]
 
 
-def run(module: ModuleType, op: AtenOp, vjp: Any, flat: Sequence[Tensor],
+def run(module: ModuleType, infer: FakeInfer, vjp: Any, flat: Sequence[Tensor],
         pattern: patterns.Pattern | None) -> Tensor | tuple[Tensor, ...]:
-    """op on `flat` (call-time tensors, a number as its 0-dim tensor) through ATen, now."""
-    numbers = number_positions(op.binding, pattern)
+    """The op `infer` sizes, on `flat` (call-time tensors, a number as its 0-dim tensor),
+    through ATen, now."""
+    binding = infer.binding
+    numbers = number_positions(binding, pattern)
     items = []
     for i, x in enumerate(flat):
         view = to_torch(x, copy=False)
@@ -48,9 +47,9 @@ def run(module: ModuleType, op: AtenOp, vjp: Any, flat: Sequence[Tensor],
         items.append(view)
     try:
         with torch.no_grad():
-            results = _results(op.infer.overload(**op.infer.kwargs(items, pattern)))
+            results = _results(infer.overload(**infer.kwargs(items, pattern)))
     except Exception as error:  # noqa: BLE001  (ATen's checks, as the kernel would report them)
-        raise RuntimeError(f"ms_aten: {op.binding.name}: {error}") from error
+        raise RuntimeError(f"ms_aten: {binding.name}: {error}") from error
     outputs = [to_ms(r, copy=False) for r in results]
-    single = len(outputs) == 1 and not op.binding.returns_list
+    single = len(outputs) == 1 and not binding.returns_list
     return module.adopt(vjp, list(flat), outputs, single)

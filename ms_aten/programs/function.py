@@ -11,8 +11,8 @@ from mindspore.common import dtype as mstype
 from ..native import dtypes, library
 from ..ops.binding import SPEC_ATTR
 from ..ops.grad import with_arity
-from ..ops.infer import ShapeInferenceError, flatten_infer_args, graph_mode
-from ..ops.op import unique_id
+from ..ops.infer import ShapeInferenceError, flatten_infer_args
+from ..ops.primitive import graph_mode, unique_id
 from .capture import example_like, export
 from .program import (
     RNG_STATE_BYTES,

@@ -23,11 +23,12 @@ CSRC = ROOT / "csrc"
 TORCH_LIB = Path(torch.__file__).parent / "lib"
 CXXFLAGS = ["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"]
 
-# The C++ that talks to torch; extra_abi0.cpp is compiled apart (see MsAtenBuild).
-TORCH_SOURCES = ["ms_ext.cpp", "spec.cpp", "program.cpp", "program_family.cpp",
-                 "kernel.cpp", "bounded.cpp", "view_cache.cpp",
-                 "infer.cpp", "grad.cpp", "entry.cpp", "device_cpu.cpp", "cuda/cuda_device.cpp",
-                 "npu/npu_device.cpp"]
+# The C++ that talks to torch, by layer (csrc/README.md); boundary/extra_abi0.cpp is compiled
+# apart (see MsAtenBuild).
+TORCH_SOURCES = ["boundary/entry.cpp", "boundary/ms_ext.cpp", "kernel.cpp", "view_cache.cpp",
+                 "program/program.cpp", "program/family.cpp",
+                 "op/spec.cpp", "op/results.cpp", "op/grad.cpp", "op/infer.cpp", "op/bounded.cpp",
+                 "device/cpu.cpp", "device/cuda.cpp", "device/npu.cpp"]
 
 
 def device_options() -> tuple[list[str], list[str], list[str], list[str]]:
@@ -94,7 +95,7 @@ class MsAtenBuild(BuildExtension):
         compiler = new_compiler()
         customize_compiler(compiler)
         objects = compiler.compile(
-            [str(CSRC / "extra_abi0.cpp")],
+            [str(CSRC / "boundary" / "extra_abi0.cpp")],
             output_dir=self.build_temp,
             include_dirs=[str(CSRC)],
             extra_postargs=["-fPIC", "-O2", "-std=c++17", "-fvisibility=hidden",
@@ -130,7 +131,7 @@ class MsAtenBuild(BuildExtension):
 
 # The public header ships inside the package for `python -m ms_aten.build`.
 (ROOT / "ms_aten" / "include").mkdir(exist_ok=True)
-shutil.copy2(CSRC / "ms_ext.h", ROOT / "ms_aten" / "include" / "ms_ext.h")
+shutil.copy2(CSRC / "boundary" / "ms_ext.h", ROOT / "ms_aten" / "include" / "ms_ext.h")
 
 
 bridge = CppExtension(

@@ -347,7 +347,7 @@ CASES: tuple[OpCase, ...] = (
           ms_aten="embedding", constants=_fixed(), sizes=_embedding_sizes(),
           natives=(Native("ops.gather", ms_gather_rows),
                    Native("mint.embedding", mint_embedding))),
-    # Its output size depends on the mask: GRAPH mode pads it (ms_aten/bounded.py).
+    # Its output size depends on the mask: GRAPH mode pads it (ms_aten/ops/bounded.py).
     _case("masked_select", torch.masked_select,
           lambda i, o: torch.ops.aten.masked_select.out(i[0], i[1], out=o[0]),
           ms_aten="masked_select", constants=_fixed(), sizes=_masked_select_sizes(),

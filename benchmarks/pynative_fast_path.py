@@ -1,5 +1,5 @@
 """PYNATIVE cost per call of one tiny op: ms_aten's fast path (a CustomOpBuilder module,
-ms_aten/fast_path.py) against the ops.Custom(aot) route and MindSpore's native ops, forward and
+ms_aten/ops/fast_path.py) against the ops.Custom(aot) route and MindSpore's native ops, forward and
 under ms.grad. All in one process, 8-element float32 input, results and gradients checked
 against torch first; prints a markdown table of medians in microseconds.
 

@@ -42,7 +42,7 @@ import ms_aten  # noqa: E402
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 SEED_SOURCE = ROOT / "csrc" / "examples" / "leaky_relu.cpp"
-SEED_DEPENDS = (SEED_SOURCE, ROOT / "csrc" / "ms_ext.h")
+SEED_DEPENDS = (SEED_SOURCE, ROOT / "csrc" / "boundary" / "ms_ext.h")
 SEED_LIBRARY = BENCH_DIR / ".cache" / "leaky_relu_cpu.so"
 EMPTY_SOURCE = BENCH_DIR / "empty_kernel.cpp"
 EMPTY_LIBRARY = BENCH_DIR / ".cache" / "empty_kernel.so"

@@ -4,11 +4,12 @@
 
 #include <stdexcept>
 
-#include "bounded.h"
-#include "bridge_abi.h"
-#include "device.h"
-#include "grad.h"
-#include "ms_ext.h"
+#include "boundary/bridge_abi.h"
+#include "boundary/ms_ext.h"
+#include "device/device.h"
+#include "op/bounded.h"
+#include "op/grad.h"
+#include "op/results.h"
 
 namespace ms_aten {
 
@@ -59,6 +60,22 @@ Kernel* Kernel::create(const char* spec, const char* error) noexcept {
 namespace {
 std::atomic<int> g_num_threads{0};  // 0: ATen's default (one per core)
 std::atomic<int64_t> g_launches{0};
+
+// For an in-place spec: copies call-time tensor 0 into the single output, which the in-place op
+// then updates; false (nothing done) unless both are contiguous with one shape and dtype.
+bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
+  if (inputs.empty() || outputs.size() != 1) return false;
+  const at::Tensor& in = inputs[0];
+  const at::Tensor& out = outputs[0];
+  if (in.sizes() != out.sizes() || in.scalar_type() != out.scalar_type() || !in.is_contiguous() ||
+      !out.is_contiguous()) {
+    return false;
+  }
+  // ATen's vectorized copy: glibc's memcpy of a few KiB (rep movsb) was slower on a test VM.
+  if (in.data_ptr() != out.data_ptr()) out.copy_(in);  // equal: MindSpore reused the buffer
+  return true;
+}
+
 }  // namespace
 
 int64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
@@ -100,42 +117,6 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
     return;
   }
   run_call(inputs, outputs);
-}
-
-bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) {
-  if (inputs.empty() || outputs.size() != 1) return false;
-  const at::Tensor& in = inputs[0];
-  const at::Tensor& out = outputs[0];
-  if (in.sizes() != out.sizes() || in.scalar_type() != out.scalar_type() || !in.is_contiguous() ||
-      !out.is_contiguous()) {
-    return false;
-  }
-  // ATen's vectorized copy: glibc's memcpy of a few KiB (rep movsb) was slower on a test VM.
-  if (in.data_ptr() != out.data_ptr()) out.copy_(in);  // equal: MindSpore reused the buffer
-  return true;
-}
-
-void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t index) {
-  if (result.sizes() != output.sizes() || result.scalar_type() != output.scalar_type()) {
-    throw std::runtime_error(c10::str("output ", index, " came out as ", result.scalar_type(),
-                                      result.sizes(), ", but MindSpore expects ",
-                                      output.scalar_type(), output.sizes()));
-  }
-  output.copy_(result);
-}
-
-std::vector<at::Tensor> returned_tensors(const std::vector<c10::IValue>& stack) {
-  std::vector<at::Tensor> results;
-  for (const auto& value : stack) {
-    if (value.isTensor()) {
-      results.push_back(value.toTensor());
-    } else if (value.isTensorList()) {
-      for (const at::Tensor& t : value.toTensorVector()) results.push_back(t);
-    } else {
-      throw std::runtime_error(std::string("returned a ") + value.tagKind() + ", not tensors");
-    }
-  }
-  return results;
 }
 
 void Kernel::run_call(const std::vector<at::Tensor>& inputs,

@@ -3,7 +3,7 @@
 // The primitive attribute holds one spec, or two separated by ';': the functional call, then
 // the out= overload to try first (or the in-place one, where out= is only a composite wrapper
 // that allocates and copies); or a whole program (program.h), whose spec starts with
-// "program"; or a family of programs, one per input signature (program_family.h), "family".
+// "program"; or a family of programs, one per input signature (program/family.h), "family".
 #pragma once
 
 #include <atomic>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "program.h"
-#include "program_family.h"
-#include "spec.h"
+#include "op/spec.h"
+#include "program/family.h"
+#include "program/program.h"
 #include "view_cache.h"
 
 namespace ms_aten {
@@ -65,16 +65,5 @@ int64_t launch_count();
 // ATen intra-op threads for bridged kernels (0: ATen's default); see ms_aten.set_num_threads.
 void set_num_threads(int n);
 int num_threads();
-
-// The tensors a boxed call left on its stack, Tensor[] returns flattened; throws for others.
-std::vector<at::Tensor> returned_tensors(const std::vector<c10::IValue>& stack);
-
-// For an in-place spec: copies call-time tensor 0 into the single output, which the in-place
-// op then updates; false (nothing done) unless both are contiguous with one shape and dtype.
-bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
-
-// Writes `result` into MindSpore's output buffer after checking that shape and dtype agree
-// with what the Python side inferred; copy_ alone would broadcast or cast silently.
-void copy_into_output(const at::Tensor& output, const at::Tensor& result, size_t index);
 
 }  // namespace ms_aten

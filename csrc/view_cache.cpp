@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "device.h"
-#include "ms_ext.h"
+#include "boundary/ms_ext.h"
+#include "device/device.h"
 
 namespace ms_aten {
 namespace {

@@ -42,7 +42,7 @@ fi
 # Rebuild when any C++ source, the build scripts or the torch version changed. pip keeps the
 # objects in build/ (see setup.py), so ninja recompiles only what changed.
 build_stamp="$VENV/.ms_aten_build"
-build_want=$( (cat setup.py pyproject.toml csrc/*.h csrc/*.cpp csrc/*/*.cpp \
+build_want=$( (cat setup.py pyproject.toml $(find csrc -name "*.h" -o -name "*.cpp" | sort) \
   ms_aten/native/pyboost_build.py; "$PY" -c "import torch; print(torch.__version__)") \
   | sha1sum | cut -d' ' -f1)
 if [ "$(cat "$build_stamp" 2>/dev/null)" != "$build_want" ] || [ ! -f ms_aten/libms_aten.so ] \

@@ -65,7 +65,7 @@ def test_aten_errors_cross_the_boundary_as_messages():
 
 
 def test_a_bounded_call_writes_the_leading_corner_and_the_shape():
-    # GRAPH mode's route for value-dependent ops (ms_aten/bounded.py): nonzero of a 2x3 input
+    # GRAPH mode's route for value-dependent ops (ms_aten/ops/bounded.py): nonzero of a 2x3 input
     # padded to its 6 possible rows; the shape output says how many rows are real.
     x = np.array([[0.0, 1.5, 0.0], [2.0, 0.0, 3.0]], np.float32)
     padded, shape = np.full((6, 2), -7, np.int64), np.zeros(2, np.int64)

@@ -69,7 +69,7 @@ def test_cuda_unit_compiles_against_torch_and_cuda_headers(tmp_path):
     (shim / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     command = ["g++", "-std=c++20", "-fsyntax-only", "-DWITH_CUDA", "-D_GLIBCXX_USE_CXX11_ABI=1",
                *(f"-I{p}" for p in include_paths()), f"-I{tmp_path}", f"-I{CUDA_HEADERS.parent}",
-               f"-I{ROOT / 'csrc'}", str(ROOT / "csrc" / "cuda" / "cuda_device.cpp")]
+               f"-I{ROOT / 'csrc'}", str(ROOT / "csrc" / "device" / "cuda.cpp")]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 

@@ -1,4 +1,5 @@
-"""The one dtype table (csrc/dtype_table.h): the library exports it, Python reads and checks it."""
+"""The one dtype table (csrc/boundary/dtype_table.h): the library exports it, Python reads and
+checks it."""
 import pytest
 import torch
 

@@ -194,7 +194,7 @@ def test_second_order_through_a_program_in_pynative_is_a_clear_error():
 
 
 def test_one_kernel_runs_the_capture_registered_for_its_inputs():
-    """The library side of recapture (csrc/program_family.h), through the C API: one kernel
+    """The library side of recapture (csrc/program/family.h), through the C API: one kernel
     runs each signature's program, switching back and forth, and inputs nobody captured are
     an error naming them, not a crash."""
     op = ms_aten.function(lambda x: x * 2 + 1, (torch.zeros(2, 3),))

@@ -1,6 +1,6 @@
 """aten::lstm.input and aten::gru.input against torch's nn.LSTM / nn.GRU, in both modes,
 forward and gradients: ops with two tensor lists (lstm: hx and params), whose lengths the op
-spec names explicitly (csrc/spec.h, T[i,j,..])."""
+spec names explicitly (csrc/op/spec.h, T[i,j,..])."""
 from __future__ import annotations
 
 import pytest

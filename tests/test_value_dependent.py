@@ -1,6 +1,6 @@
 """Ops whose output shape depends on their input values, with gradients where torch has them:
 PYNATIVE mode waits for their inputs and runs them in ATen; GRAPH mode pads their outputs to
-torch's upper bound and cuts the result out with MindSpore's Slice (ms_aten/bounded.py), and
+torch's upper bound and cuts the result out with MindSpore's Slice (ms_aten/ops/bounded.py), and
 refuses at compile time those torch cannot bound (here and in tests/test_errors.py). Also ops
 without a meta kernel whose shapes torch's fake tensors still know (histogram)."""
 from __future__ import annotations

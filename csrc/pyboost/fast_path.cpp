@@ -1,9 +1,10 @@
 // The PYNATIVE fast path of ms_aten: a MindSpore CustomOpBuilder (pyboost) module that runs any
 // libms_aten.so kernel through MindSpore's PyNative pipeline instead of ops.Custom(aot).
 //
-// Built by ms_aten/fast_path.py with MindSpore's flags, so with -D_GLIBCXX_USE_CXX11_ABI=0,
-// while libms_aten.so uses torch's new ABI: the two meet only through the plain-C API of
-// bridge_abi.h (pointers, ints and C strings), never through std::string or torch types.
+// Built by ms_aten/native/pyboost_build.py with MindSpore's flags, so with
+// -D_GLIBCXX_USE_CXX11_ABI=0, while libms_aten.so uses torch's new ABI: the two meet only through
+// the plain-C API of bridge_abi.h (pointers, ints and C strings), never through std::string or
+// torch types.
 //
 // Python API (module built as ms_aten_fast_path):
 //   mindspore_version: str              the MindSpore it was compiled against
@@ -25,8 +26,8 @@
 #include "include/utils/pynative/grad_state.h"
 #include "ms_extension.h"
 
-#include "bridge_abi.h"
-#include "dtype_table.h"
+#include "boundary/bridge_abi.h"
+#include "boundary/dtype_table.h"
 
 namespace ms_aten_fast {
 namespace {
@@ -217,7 +218,7 @@ TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
                               const std::vector<mindspore::ShapeVector>& shapes,
                               const std::vector<TypeId>& types);
 
-// Backward = the node's VJP kernel (csrc/grad.h): inputs are the node's forward inputs, then one
+// Backward = the node's VJP kernel (csrc/op/grad.h): inputs are the node's forward inputs, then one
 // gradient per forward output; outputs are one gradient per forward input, shaped and typed like
 // it. The same holds at every order: a node whose forward is itself a VJP kernel has the next
 // order's VJP as its backward.
@@ -335,8 +336,9 @@ py::object run(const std::shared_ptr<Kernel>& forward, const std::shared_ptr<Ker
   return run_async(forward, inputs, outputs);
 }
 
-// An op whose outputs were computed already, from its inputs' values (ms_aten/value_dependent.py:
-// nonzero, masked_select, ...): records `vjp` as their backward when autograd records this call.
+// An op whose outputs were computed already, from its inputs' values
+// (ms_aten/ops/value_dependent.py: nonzero, masked_select, ...): records `vjp` as their backward
+// when autograd records this call.
 py::object adopt(const std::shared_ptr<Kernel>& vjp, const std::vector<ms::Tensor>& inputs,
                  const std::vector<ms::Tensor>& outputs, bool single) {
   if (!vjp || outputs.empty() || (single && outputs.size() != 1)) {
@@ -358,7 +360,7 @@ PYBIND11_MODULE(MS_EXTENSION_NAME, m) {
   using ms_aten_fast::Kernel;
   using ms_aten_fast::Outputs;
   m.doc() = "ms_aten's PYNATIVE fast path (see csrc/pyboost/fast_path.cpp)";
-  // ms_aten/fast_path.py passes -DMS_ATEN_MINDSPORE_VERSION=<mindspore.__version__>.
+  // ms_aten/native/pyboost_build.py passes -DMS_ATEN_MINDSPORE_VERSION=<mindspore.__version__>.
 #define MS_ATEN_STRINGIZE(x) MS_ATEN_STRINGIZE_(x)
 #define MS_ATEN_STRINGIZE_(x) #x
   m.attr("mindspore_version") = MS_ATEN_STRINGIZE(MS_ATEN_MINDSPORE_VERSION);

@@ -1,6 +1,6 @@
 """The dtypes MindSpore 2.10 hands to AOT kernels, and their torch twins.
 
-The table is the bridge library's (csrc/dtype_table.h, the one source the C++ side compiles
+The table is the bridge library's (csrc/boundary/dtype_table.h, the one source the C++ side compiles
 in), read once at import; every entry is checked against torch and MindSpore here, so a library
 built from another table is an ImportError rather than a silently reinterpreted buffer.
 """

@@ -34,13 +34,13 @@ def load() -> ctypes.CDLL:
     return lib
 
 
-# MindSpore device target -> the library's AOT entry point for it (csrc/entry.cpp).
+# MindSpore device target -> the library's AOT entry point for it (csrc/boundary/entry.cpp).
 ENTRY_POINTS = {"CPU": "MsAtenCall", "GPU": "MsAtenCallCuda", "Ascend": "MsAtenCallNpu"}
 
 
 def kernel(target: str, multi_output: bool = False) -> str:
     """The `func` string of ops.Custom for the bridge's kernel on a MindSpore device target;
-    multi-output ops get an entry point of their own (csrc/entry.cpp says why).
+    multi-output ops get an entry point of their own (csrc/boundary/entry.cpp says why).
 
     RuntimeError, before anything launches, if this build cannot serve the target.
     """

@@ -8,7 +8,7 @@ from typing import Any
 from . import constants as consts
 from .schema import Schema, full_name
 
-SPEC_ATTR = "ms_aten_spec"  # the primitive attribute csrc/extra_abi0.cpp reads
+SPEC_ATTR = "ms_aten_spec"  # the primitive attribute csrc/boundary/extra_abi0.cpp reads
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ theirs after. So for an op torch tags `dynamic_output_shape`, ms_aten.op returns
 - asks torch's fake tensors, with a ShapeEnv, for each output's shape at compile time: a size
   that depends on values is a symbol with an upper bound (nonzero's row count: the input's
   numel; unique_dim's: the input's size along `dim`);
-- runs the op in a Custom kernel (`PaddedOp`, csrc/bounded.h) whose outputs are padded to those
+- runs the op in a Custom kernel (`PaddedOp`, csrc/op/bounded.h) whose outputs are padded to those
   bounds, each result in its output's leading corner, followed by one int64 output per result
   holding the result's shape;
 - cuts every result out of its output with Slice, so the Cell returns torch's exact shapes

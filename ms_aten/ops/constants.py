@@ -1,6 +1,6 @@
 """Checking ms_aten.op constants against schema argument types, and encoding them.
 
-Each constant becomes one token of the op spec that csrc/spec.cpp decodes (the token grammar
+Each constant becomes one token of the op spec that csrc/op/spec.cpp decodes (the token grammar
 is documented there).
 """
 from __future__ import annotations
@@ -114,7 +114,7 @@ def encode(arg, value) -> str:
     base, _ = _base_type(arg)
     if value is None:
         return "N"
-    if base == "Tensor":  # a number in a Tensor slot: a wrapped-number tensor (csrc/spec.h)
+    if base == "Tensor":  # a number in a Tensor slot: a wrapped-number tensor (csrc/op/spec.h)
         return "W" + encode_number(value)
     if isinstance(value, bool):
         return encode_number(value)

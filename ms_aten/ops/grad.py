@@ -1,4 +1,4 @@
-"""Backward of a bridged op, of any order: bridged kernels that run torch autograd (csrc/grad.h).
+"""Backward of a bridged op, of any order: bridged kernels that run torch autograd (csrc/op/grad.h).
 
 The forward op's bprop calls the order-1 VJP kernel; each VJP kernel's bprop calls the next
 order's, built when MindSpore first asks for it (ms.grad of ms.grad), so gradients of gradients
@@ -8,7 +8,7 @@ Call structure. MindSpore hands a bprop the primitive's arguments as they were p
 Tensor[] argument is one tuple. The order-k VJP is called with its own arguments (those of the
 order-(k-1) function), then the cotangents of that function's outputs grouped as the
 order-(k-2) function's arguments are (a tuple for a tuple), so every bprop has a fixed number of
-parameters. The kernels see the same tensors flattened (csrc/grad.h has the counts).
+parameters. The kernels see the same tensors flattened (csrc/op/grad.h has the counts).
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def _arity(binding: Binding, order: int, pattern: Pattern | None = None) -> int:
 
 
 def _output_count(binding: Binding, order: int, pattern: Pattern | None = None) -> int | None:
-    """How many gradients the order-`order` VJP returns: m(order-1) of csrc/grad.h, or None
+    """How many gradients the order-`order` VJP returns: m(order-1) of csrc/op/grad.h, or None
     where it varies with the call (a Tensor[] argument of the base call pattern, or a Tensor[]
     return past order 1). A call pattern (pattern.py) fixes the forward's input count."""
     (a_prev, b_prev), (a, b) = (0, 1), (1, 0)  # m(-1) = outputs, m(0) = inputs of the forward
@@ -84,7 +84,7 @@ class AtenVjp(CppInferred):
     """The order-`order` VJP of a bridged op. Inputs: the order-(order-1) function's inputs
     (order 1: the forward's call-time tensors), then one gradient per its output. Outputs: one
     gradient per order-(order-1) input, shaped and typed like it (so says the library's C++
-    shape inference, csrc/infer.cpp, for unknown sizes too). `pattern`: the forward's call
+    shape inference, csrc/op/infer.cpp, for unknown sizes too). `pattern`: the forward's call
     pattern (pattern.py); for one other than the base, the shapes come from __infer__ here,
     as the forward's do (op.py), and a Python number's gradient is a 0-dim tensor."""
 
@@ -105,7 +105,7 @@ class AtenVjp(CppInferred):
             ops.Custom.set_device(self, target)
 
     def check_count(self, shapes) -> None:
-        """Any count: the kernel checks it against the op (csrc/spec.h)."""
+        """Any count: the kernel checks it against the op (csrc/op/spec.h)."""
 
     def tell(self, shapes, types) -> None:
         if self.pattern is None:  # else MindSpore never asks the library's hook

@@ -8,7 +8,7 @@
     ms_aten.op("lstm.input", ...)(x, (h, c), params)     # ('t', 2, 8): two tensor lists
 
 The base pattern (None) is what the op spec of ms_aten.op describes: every slot filled by a
-tensor and at most one tensor list, of any length (csrc/spec.h, token T). Any other pattern
+tensor and at most one tensor list, of any length (csrc/op/spec.h, token T). Any other pattern
 needs its own spec, with explicit call-time indices for each slot (binding.py), and in GRAPH
 mode its own bprop arity, which is why an op object's first call through MindSpore's Custom
 route fixes it (op.py explains).

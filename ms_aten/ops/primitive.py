@@ -34,7 +34,7 @@ _uids = itertools.count()
 def unique_id() -> int:
     """A fresh `ms_aten_uid` attribute value. MindSpore's PyNative kernel cache keys on func
     and attributes; a per-object id keeps two ops from sharing a kernel they must not share,
-    and names the op object's call site for the library's inference (csrc/infer.h)."""
+    and names the op object's call site for the library's inference (csrc/op/infer.h)."""
     return next(_uids)
 
 
@@ -55,9 +55,9 @@ class CppInferred(ops.Custom):
                          out_dtype=self._unused, func_type="aot", bprop=bprop)
         self.add_prim_attr(SPEC_ATTR, spec)
         # A fresh id per object: MindSpore's PyNative kernel cache keys on func and attributes,
-        # and the library keys what it was told about a call on it (csrc/infer.h).
+        # and the library keys what it was told about a call on it (csrc/op/infer.h).
         self.add_prim_attr(SITE_ATTR, unique_id())
-        # MindSpore picks the C++ hooks' return types by this flag (csrc/extra_abi0.cpp).
+        # MindSpore picks the C++ hooks' return types by this flag (csrc/boundary/extra_abi0.cpp).
         self.multi_output = multi_output
         self.add_prim_attr("multi_output", multi_output)
         # MindSpore's C++ inference reads it (and fails without it); its errors show it.

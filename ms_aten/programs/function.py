@@ -31,7 +31,7 @@ def _tensor_type(dtype: torch.dtype):
 
 
 class _ProgramBackward(ops.Custom):
-    """A backward kernel of a program family (`kind`: vjp or vjp2, csrc/program.h) whose
+    """A backward kernel of a program family (`kind`: vjp or vjp2, csrc/program/program.h) whose
     first `n_results` inputs give its outputs' shapes and dtypes."""
 
     def __init__(self, program: Program, family: str, kind: str, n_results: int):
@@ -65,7 +65,7 @@ class _ProgramBackward(ops.Custom):
 
 
 class ProgramVjp(_ProgramBackward):
-    """The backward of a program in one launch (csrc/program.cpp, Program::vjp).
+    """The backward of a program in one launch (csrc/program/program.cpp, Program::vjp).
     Inputs: the program's inputs, one gradient per output, the RNG state (random programs).
     Outputs: one gradient per program input, shaped and typed like it."""
 
@@ -146,7 +146,7 @@ class AtenFunction(ops.Custom):
     Inputs of other static shapes are captured again, once per signature, in both modes: as
     torch would simply run them, and as MindSpore compiles a graph per static shape. The
     primitive names a program family in the library, and each launch runs the capture for its
-    inputs (csrc/program_family.h).
+    inputs (csrc/program/family.h).
     """
 
     def __init__(self, program: Program, recapture: Recapture | None = None):

@@ -1,4 +1,5 @@
-"""A torch graph captured by torch.export, as one program spec for the bridge (csrc/program.h).
+"""A torch graph captured by torch.export, as one program spec for the bridge
+(csrc/program/program.h).
 
 Every node of the exported graph becomes one OpCall of the same spec grammar `ms_aten.op`
 uses, with its tensor slots naming values of one table instead of MindSpore's inputs; the
@@ -37,7 +38,7 @@ class Signature:
 
     def describe(self) -> str:
         """"float32[2, 8], int64[]": also the key of a family's programs in the library
-        (csrc/program_family.cpp, signature_key)."""
+        (csrc/program/family.cpp, signature_key)."""
         return ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}"
                          for s, d in zip(self.shapes, self.dtypes, strict=True))
 

@@ -1,9 +1,9 @@
 // An op spec, decoded once per kernel into a ready-to-call form.
 //
-// The spec is a primitive attribute written by ms_aten/binding.py: space-separated tokens,
+// The spec is a primitive attribute written by ms_aten/ops/binding.py: space-separated tokens,
 //   <kind> <qualified op name> <overload or "."> <output count, "*" or "0"> <argument>...
-// where <kind> is call, out, vjp / vjp<k> (the order-k vector-Jacobian product, csrc/grad.h), or
-// bounded (the functional call into outputs padded to an upper bound, csrc/bounded.h).
+// where <kind> is call, out, vjp / vjp<k> (the order-k vector-Jacobian product, csrc/op/grad.h), or
+// bounded (the functional call into outputs padded to an upper bound, csrc/op/bounded.h).
 // An output count of "*" means the op returns Tensor[] and MindSpore's buffers say how many;
 // "0" means it returns nothing, and MindSpore gives it one placeholder output that stays unused.
 // One argument token per schema argument, in schema order:

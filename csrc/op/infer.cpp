@@ -1,4 +1,4 @@
-#include "infer.h"
+#include "op/infer.h"
 
 #include <ATen/ATen.h>
 
@@ -8,9 +8,9 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "kernel.h"
-#include "ms_ext.h"
-#include "spec.h"
+#include "boundary/ms_ext.h"
+#include "op/results.h"
+#include "op/spec.h"
 
 namespace ms_aten {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "device.h"
+#include "device/device.h"
 
 #ifdef WITH_CUDA
 #include <cuda_runtime_api.h>

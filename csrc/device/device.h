@@ -1,9 +1,9 @@
 // Where MindSpore's buffers live, and running ATen there.
 //
-// Each backend has its own unit: device_cpu.cpp always, cuda/cuda_device.cpp and
-// npu/npu_device.cpp with real code only when the build defines WITH_CUDA / WITH_NPU (setup.py
-// does so when torch has CUDA, or torch_npu is importable); otherwise they raise a clear
-// "built without ... support" error instead of crashing.
+// Each backend has its own unit: cpu.cpp always, cuda.cpp and npu.cpp with real code only when
+// the build defines WITH_CUDA / WITH_NPU (setup.py does so when torch has CUDA, or torch_npu is
+// importable); otherwise they raise a clear "built without ... support" error instead of
+// crashing.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,10 +1,10 @@
-#include "grad.h"
+#include "op/grad.h"
 
 #include <torch/csrc/autograd/autograd.h>
 
 #include <stdexcept>
 
-#include "kernel.h"
+#include "op/results.h"
 
 namespace ms_aten {
 namespace {

@@ -1,9 +1,9 @@
-#include "program_family.h"
+#include "program/family.h"
 
 #include <stdexcept>
 #include <unordered_map>
 
-#include "spec.h"
+#include "op/spec.h"
 
 namespace ms_aten {
 namespace {

@@ -1,4 +1,4 @@
-#include "program.h"
+#include "program/program.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/ScalarTypeToTypeMeta.h>
@@ -9,8 +9,8 @@
 #include <optional>
 #include <stdexcept>
 
-#include "kernel.h"
-#include "ms_ext.h"
+#include "boundary/ms_ext.h"
+#include "op/results.h"
 
 namespace ms_aten {
 namespace {

@@ -1,4 +1,4 @@
-#include "spec.h"
+#include "op/spec.h"
 
 #include <ATen/ScalarOps.h>
 
@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "bridge_abi.h"
-#include "ms_ext.h"
+#include "boundary/bridge_abi.h"
+#include "boundary/ms_ext.h"
 
 namespace ms_aten {
 namespace {
@@ -74,7 +74,7 @@ c10::IValue wrapped_constant(const std::string& body) {
   throw std::invalid_argument("'W" + body + "' is not a wrapped number (W then b, i, f or c)");
 }
 
-// A call-time number's wrapped tensor. Shape inference (csrc/infer.cpp) runs on meta tensors,
+// A call-time number's wrapped tensor. Shape inference (csrc/op/infer.cpp) runs on meta tensors,
 // whose value cannot be read: any number of the same kind promotes the same way.
 at::Tensor wrapped_input(const at::Tensor& input) {
   if (!input.is_meta()) return wrapped_number(input.item());
@@ -380,7 +380,7 @@ void OpCall::fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>
 
 }  // namespace ms_aten
 
-// For ms_aten/infer.py, through ctypes: marks the 0-dim tensor behind `tensor_impl` (a torch
+// For ms_aten/ops/infer.py, through ctypes: marks the 0-dim tensor behind `tensor_impl` (a torch
 // Tensor's _cdata) as a wrapped number, as the w<j> and W tokens make theirs; torch has no
 // Python call for it. Returns 0, or 1 when it is not a 0-dim tensor.
 extern "C" MS_ATEN_C_API int ms_aten_mark_wrapped_number(void* tensor_impl) {

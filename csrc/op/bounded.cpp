@@ -1,8 +1,8 @@
-#include "bounded.h"
+#include "op/bounded.h"
 
 #include <stdexcept>
 
-#include "kernel.h"
+#include "op/results.h"
 
 namespace ms_aten {
 

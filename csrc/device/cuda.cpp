@@ -1,5 +1,5 @@
 // The CUDA backend: ATen on MindSpore's stream, with no device synchronization.
-#include "device.h"
+#include "device/device.h"
 
 #ifdef WITH_CUDA
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "spec.h"
+#include "op/spec.h"
 
 namespace ms_aten {
 

@@ -6,7 +6,7 @@
 // torch_npu 2.1 and later) to wrap external NPU memory, but, unlike c10::cuda, no public call
 // that adopts an external aclrtStream. So ATen runs on torch_npu's current stream, ordered
 // against MindSpore's stream with two events: no device synchronization.
-#include "device.h"
+#include "device/device.h"
 
 #ifdef WITH_NPU
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "bridge_abi.h"
+#include "boundary/bridge_abi.h"
 
 namespace mindspore {
 
@@ -136,7 +136,7 @@ using MultiShape = std::vector<std::vector<int64_t>>;
 // MindSpore takes the shapes back as std::vector values, whose layout is the same under both
 // C++ ABIs (std::string's is not: none crosses). There is no <func>InferType: a C++ type hook
 // returns a bare TypeId, which MindSpore turns into a scalar, not a tensor, for a rank-0 output;
-// dtypes come from Python (ms_aten/infer.py), which asks this library too.
+// dtypes come from Python (ms_aten/ops/infer.py), which asks this library too.
 #define MS_ATEN_HOOKS(func, Shape, infer)                                                          \
   MS_ATEN_C_API int func##Init(int*, int64_t**, const char**, void* extra) {                       \
     return init_kernel(extra);                                                                     \

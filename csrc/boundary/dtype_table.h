@@ -4,9 +4,9 @@
 //
 //   X(name, ATen ScalarType enumerator, MindSpore TypeId enumerator)
 //
-// Read by csrc/ms_ext.cpp (torch side), csrc/pyboost/fast_path.cpp (MindSpore side, the old
-// C++ ABI) and, through ms_ext.cpp's ms_aten_dtype_* C API, by ms_aten/dtypes.py, which checks
-// at import that torch and MindSpore agree with it. Plain preprocessor: no includes, no ABI.
+// Read by csrc/boundary/ms_ext.cpp (torch side), csrc/pyboost/fast_path.cpp (MindSpore side, the
+// old C++ ABI) and, through ms_ext.cpp's ms_aten_dtype_* C API, by ms_aten/native/dtypes.py, which
+// checks at import that torch and MindSpore agree with it. Plain preprocessor: no includes, no ABI.
 #pragma once
 
 #define MS_ATEN_DTYPES(X)                            \

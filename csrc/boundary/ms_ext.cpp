@@ -1,4 +1,4 @@
-#include "ms_ext.h"
+#include "boundary/ms_ext.h"
 
 #include <cstring>
 #include <iterator>
@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "dtype_table.h"
+#include "boundary/dtype_table.h"
 
 #ifdef WITH_NPU
 #include <torch_npu/csrc/aten/common/from_blob.h>
@@ -23,7 +23,7 @@ constexpr int kDtypeCount = static_cast<int>(std::size(kDtypes));
 
 }  // namespace
 
-// The table for ms_aten/dtypes.py: entry i's MindSpore name ("float16") and its ATen
+// The table for ms_aten/native/dtypes.py: entry i's MindSpore name ("float16") and its ATen
 // ScalarType's name ("Half"), nullptr past the end.
 extern "C" MS_ATEN_API const char* ms_aten_dtype_name(int i) {
   return i >= 0 && i < kDtypeCount ? kDtypes[i].first : nullptr;

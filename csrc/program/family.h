@@ -13,7 +13,7 @@
 #include <mutex>
 #include <string>
 
-#include "program.h"
+#include "program/program.h"
 
 namespace ms_aten {
 
@@ -24,7 +24,7 @@ void register_programs(const std::string& id, const std::string& key, const std:
                        const std::string& vjp);
 
 // "float32[2, 8], int64[]": the dtypes and shapes of `count` buffers, as Python writes a
-// Signature (ms_aten/program.py, Signature.describe).
+// Signature (ms_aten/programs/program.py, Signature.describe).
 std::string signature_key(int count, const int* ndims, const int64_t* const* shapes,
                           const char* const* dtypes);
 

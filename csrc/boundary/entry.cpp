@@ -7,11 +7,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "bridge_abi.h"
-#include "device.h"
-#include "infer.h"
+#include "boundary/bridge_abi.h"
+#include "boundary/ms_ext.h"
+#include "device/device.h"
 #include "kernel.h"
-#include "ms_ext.h"
+#include "op/infer.h"
 
 namespace {
 
@@ -201,7 +201,7 @@ int ms_aten_infer_shapes(const char* spec, int64_t site, const int* ndims,
 }
 
 // Registers the forward and VJP programs captured for one input signature of a program family
-// (program_family.h): 0, or 1 with the reason (a spec the library cannot run) in error.
+// (program/family.h): 0, or 1 with the reason (a spec the library cannot run) in error.
 MS_ATEN_C_API int ms_aten_program_register(const char* family, const char* key, const char* call,
                                            const char* vjp, char* error, size_t error_size) {
   const std::string message =
@@ -232,7 +232,8 @@ MS_ATEN_C_API int ms_aten_supports(const char* target) {
          (name == "Ascend" && ms_aten::built_with_npu());
 }
 
-// "major.minor" of the torch this library was compiled against; ms_aten/_lib.py compares it.
+// "major.minor" of the torch this library was compiled against; ms_aten/native/library.py compares
+// it.
 MS_ATEN_C_API const char* ms_aten_torch_version() {
   return C10_STRINGIZE(TORCH_VERSION_MAJOR) "." C10_STRINGIZE(TORCH_VERSION_MINOR);
 }

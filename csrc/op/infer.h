@@ -1,6 +1,6 @@
 // Output shapes and dtypes of an op spec, from running its op on meta tensors: the torch half
 // of MindSpore's C++ inference hooks (extra_abi0.cpp holds the MindSpore half) and of
-// ms_aten.op's own inference (ms_aten/infer.py).
+// ms_aten.op's own inference (ms_aten/ops/infer.py).
 //
 // Unknown sizes (MindSpore's -1) are run twice, as two placeholder sizes: an output size that
 // follows the placeholder is unknown (-1), one that does not is static. An input of unknown
@@ -35,7 +35,7 @@ class Unknowable : public std::runtime_error {
 std::vector<TensorMeta> infer(const std::string& spec, const std::vector<TensorMeta>& inputs);
 
 // infer(), noting the input dtypes for `site` (an op object's ms_aten_uid, or -1): Python
-// calls it right before MindSpore infers a call (ms_aten/infer.py).
+// calls it right before MindSpore infers a call (ms_aten/ops/infer.py).
 std::vector<TensorMeta> infer_at(const std::string& spec, int64_t site,
                                  const std::vector<TensorMeta>& inputs);
 // MindSpore's C++ shape hook passes input shapes, but neither their number nor their dtypes:

@@ -26,7 +26,7 @@ CXXFLAGS = ["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"]
 # The C++ that talks to torch, by layer (csrc/README.md); boundary/extra_abi0.cpp is compiled
 # apart (see MsAtenBuild).
 TORCH_SOURCES = ["boundary/entry.cpp", "boundary/ms_ext.cpp", "kernel.cpp", "view_cache.cpp",
-                 "program/program.cpp", "program/family.cpp",
+                 "program/program.cpp", "program/family.cpp", "program/scalars.cpp",
                  "op/spec.cpp", "op/results.cpp", "op/grad.cpp", "op/infer.cpp", "op/bounded.cpp",
                  "device/cpu.cpp", "device/cuda.cpp", "device/npu.cpp"]
 

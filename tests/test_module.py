@@ -246,7 +246,8 @@ def test_unknown_sizes_in_graph_mode_are_refused_by_name():
     cell.set_inputs(ms.Tensor(shape=[None, 8], dtype=ms.int64))
     with pytest.raises(ms_aten.ShapeInferenceError,
                        match=r"'BertForSequenceClassification' got inputs of unknown size "
-                             r"\(int64\[-1, 8\]\); a program is captured for static shapes"):
+                             r"\(int64\[-1, 8\]\), but was captured for static shapes: "
+                             r"capture it with dynamic_shapes"):
         cell(to_ms(c.inputs[0]))
 
 

@@ -48,6 +48,7 @@ MS_ATEN_C_API int ms_aten_infer(const char* spec, int64_t site, int n, const int
                                 ms_aten_emit_fn emit, void* context, char* error,
                                 size_t error_size);
 // MindSpore's shape hook: shapes only, their number unknown; the rest from the site's notes.
+// For a program family's spec ("family ..."): the shapes of a capture with dynamic shapes.
 MS_ATEN_C_API int ms_aten_infer_shapes(const char* spec, int64_t site, const int* ndims,
                                        const int64_t* const* shapes, ms_aten_emit_fn emit,
                                        void* context, char* error, size_t error_size);

@@ -12,6 +12,7 @@
 #include "device/device.h"
 #include "kernel.h"
 #include "op/infer.h"
+#include "program/family.h"
 
 namespace {
 
@@ -196,8 +197,19 @@ int ms_aten_infer(const char* spec, int64_t site, int n, const int* ndims,
 int ms_aten_infer_shapes(const char* spec, int64_t site, const int* ndims,
                          const int64_t* const* shapes, ms_aten_emit_fn emit, void* context,
                          char* error, size_t error_size) {
-  return infer_barrier([&] { return ms_aten::infer_shapes(spec, site, ndims, shapes); }, emit,
-                       context, error, error_size);
+  return infer_barrier(
+      [&] {
+        // A program family's shapes (a capture with dynamic shapes); its dtypes are Python's.
+        if (std::strncmp(spec, "family ", 7) == 0) {
+          std::vector<ms_aten::TensorMeta> outputs;
+          for (auto& dims : ms_aten::ProgramFamily(spec).infer_shapes(ndims, shapes)) {
+            outputs.push_back({static_cast<int64_t>(dims.size()), std::move(dims)});
+          }
+          return outputs;
+        }
+        return ms_aten::infer_shapes(spec, site, ndims, shapes);
+      },
+      emit, context, error, error_size);
 }
 
 // Registers the forward and VJP programs captured for one input signature of a program family

@@ -209,6 +209,19 @@ OpCall::OpCall(const std::string& spec) {
         case 'o':
           slots_.push_back({SlotKind::kOutput, static_cast<int>(to_int(token.substr(1))), {}});
           break;
+        case 'z':
+          slots_.push_back({SlotKind::kScalar, static_cast<int>(to_int(token.substr(1))), {}});
+          break;
+        case 'J': {  // J<a,z3,..>: ints and scalar values
+          Slot slot{SlotKind::kIntList, 0, std::vector<int>{}};
+          for (const auto& item : split(token.substr(1), ',')) {
+            const bool scalar = !item.empty() && item[0] == 'z';
+            slot.members->push_back(scalar ? static_cast<int>(to_int(item.substr(1))) : -1);
+            slot.ints.push_back(scalar ? 0 : to_int(item));
+          }
+          slots_.push_back(std::move(slot));
+          break;
+        }
         case 'D': {
           const auto& arg = op_->schema().arguments()[i - 4];
           if (!arg.default_value()) fail(spec, "argument '" + arg.name() + "' has no default");
@@ -308,7 +321,7 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
   return stack;
 }
 
-std::vector<c10::IValue> OpCall::stack_over(const std::vector<at::Tensor>& values) const {
+std::vector<c10::IValue> OpCall::stack_over(const std::vector<c10::IValue>& values) const {
   std::vector<c10::IValue> stack;
   fill(stack, values, 0, {});
   return stack;
@@ -322,10 +335,11 @@ bool OpCall::explicit_slots() const {
   return true;
 }
 
-std::vector<int> OpCall::tensor_indices() const {
+std::vector<int> OpCall::value_indices() const {
   std::vector<int> indices;
   for (const Slot& slot : slots_) {
-    if (slot.kind == SlotKind::kTensor || slot.kind == SlotKind::kWrapped) {
+    if (slot.kind == SlotKind::kTensor || slot.kind == SlotKind::kWrapped ||
+        slot.kind == SlotKind::kScalar) {
       indices.push_back(slot.index);
     }
     if (slot.members) {
@@ -337,8 +351,28 @@ std::vector<int> OpCall::tensor_indices() const {
   return indices;
 }
 
-void OpCall::fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>& inputs,
-                  int list_len, const std::vector<at::Tensor>& outputs) const {
+namespace {
+
+const at::Tensor& tensor_at(const std::vector<at::Tensor>& values, size_t i) {
+  return values.at(i);
+}
+const at::Tensor& tensor_at(const std::vector<c10::IValue>& values, size_t i) {
+  return values.at(i).toTensor();
+}
+
+// Only a program's value table holds scalars.
+const c10::IValue& scalar_at(const std::vector<at::Tensor>& /*values*/, size_t /*i*/) {
+  throw std::invalid_argument("z<j> and J<..> tokens name a program's scalar values");
+}
+const c10::IValue& scalar_at(const std::vector<c10::IValue>& values, size_t i) {
+  return values.at(i);
+}
+
+}  // namespace
+
+template <class Values>
+void OpCall::fill(std::vector<c10::IValue>& stack, const Values& inputs, int list_len,
+                  const std::vector<at::Tensor>& outputs) const {
   stack.reserve(slots_.size());
   for (const Slot& slot : slots_) {
     switch (slot.kind) {
@@ -346,18 +380,18 @@ void OpCall::fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>
       case SlotKind::kOutput: stack.emplace_back(outputs.at(slot.index)); break;
       case SlotKind::kTensor: {
         // Tensors after the list shift by its length.
-        stack.emplace_back(inputs.at(input_index(slot.index, list_len)));
+        stack.emplace_back(tensor_at(inputs, input_index(slot.index, list_len)));
         break;
       }
       case SlotKind::kWrapped:
-        stack.emplace_back(wrapped_input(inputs.at(input_index(slot.index, list_len))));
+        stack.emplace_back(wrapped_input(tensor_at(inputs, input_index(slot.index, list_len))));
         break;
       case SlotKind::kTensorList: {
         c10::List<at::Tensor> list;
         if (slot.members) {
-          for (const int m : *slot.members) list.push_back(inputs.at(m));
+          for (const int m : *slot.members) list.push_back(tensor_at(inputs, m));
         } else {
-          for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+          for (int i = 0; i < list_len; ++i) list.push_back(tensor_at(inputs, slot.index + i));
         }
         stack.emplace_back(std::move(list));
         break;
@@ -366,10 +400,20 @@ void OpCall::fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>
         c10::List<std::optional<at::Tensor>> list;
         if (slot.members) {
           for (const int m : *slot.members) {
-            list.push_back(m >= 0 ? std::optional<at::Tensor>(inputs.at(m)) : std::nullopt);
+            list.push_back(m >= 0 ? std::optional<at::Tensor>(tensor_at(inputs, m)) : std::nullopt);
           }
         } else {
-          for (int i = 0; i < list_len; ++i) list.push_back(inputs[slot.index + i]);
+          for (int i = 0; i < list_len; ++i) list.push_back(tensor_at(inputs, slot.index + i));
+        }
+        stack.emplace_back(std::move(list));
+        break;
+      }
+      case SlotKind::kScalar: stack.push_back(scalar_at(inputs, slot.index)); break;
+      case SlotKind::kIntList: {
+        std::vector<int64_t> list(slot.ints);
+        for (size_t i = 0; i < list.size(); ++i) {
+          const int member = (*slot.members)[i];
+          if (member >= 0) list[i] = scalar_at(inputs, member).toInt();
         }
         stack.emplace_back(std::move(list));
         break;

@@ -21,6 +21,10 @@
 //   B<0,1,..>   bool list       y<dtype>  ScalarType     d<%-esc.>  Device
 //   c<re>,<im>  complex
 //   W<b|i|f|c..> a constant number in a Tensor slot, wrapped as w<j> is
+// In a program's nodes (program/program.h) two more name scalars of its value table, sizes that
+// torch.export keeps symbolic (SymInt, SymFloat, SymBool) or a number read from a tensor:
+//   z<j>        the scalar value j, for any non-tensor argument (int, float, Scalar, bool)
+//   J<a,b,..>   an int list whose items are ints or z<j> (view sizes, expand sizes)
 #pragma once
 
 #include <ATen/ATen.h>
@@ -74,12 +78,14 @@ class OpCall {
   std::vector<c10::IValue> stack(const std::vector<at::Tensor>& inputs,
                                  const std::vector<at::Tensor>& outputs) const;
 
-  // The stack of a program node (program.h): every tensor slot names its index in `values`
-  // (t<j>, T[..], Q[..]); a variable-length list or an out= slot is an error at decode time.
-  std::vector<c10::IValue> stack_over(const std::vector<at::Tensor>& values) const;
+  // The stack of a program node (program/program.h): every tensor slot names its index in
+  // `values` (t<j>, T[..], Q[..]), and z<j> / J<..> name scalars there; a variable-length list
+  // or an out= slot is an error at decode time.
+  std::vector<c10::IValue> stack_over(const std::vector<c10::IValue>& values) const;
 
-  // The indices into `values` this call reads (for a program's value lifetimes and checks).
-  std::vector<int> tensor_indices() const;
+  // The indices into a program's values this call reads, tensors and scalars (for the value
+  // lifetimes and checks).
+  std::vector<int> value_indices() const;
   // Whether every tensor slot is indexed explicitly (no T/Q run, no out= slot).
   bool explicit_slots() const;
 
@@ -89,16 +95,29 @@ class OpCall {
   // Where a Tensor slot's tensor sits among the call-time tensors; those after the list shift.
   int input_index(int slot_index, int list_len) const;
 
-  enum class SlotKind { kConst, kTensor, kWrapped, kTensorList, kOptTensorList, kOutput };
+  enum class SlotKind {
+    kConst,
+    kTensor,
+    kWrapped,
+    kTensorList,
+    kOptTensorList,
+    kOutput,
+    kScalar,
+    kIntList
+  };
   struct Slot {
     SlotKind kind;
-    int index;  // call-time tensor index in schema order, or output index
+    int index;  // call-time tensor index in schema order, output index, or scalar value id
     // A list with explicit members (T[..] / Q[..]): their indices, -1 for None; a list
-    // without them takes the variable-length run.
+    // without them takes the variable-length run. J<..>: a value id per item, -1 for a constant.
     std::optional<std::vector<int>> members;
+    std::vector<int64_t> ints;  // J<..>: the constant items
   };
 
-  void fill(std::vector<c10::IValue>& stack, const std::vector<at::Tensor>& inputs, int list_len,
+  // Values: the call-time tensors (std::vector<at::Tensor>), or a program's value table
+  // (std::vector<c10::IValue>), which alone holds the scalars z<j> and J<..> name.
+  template <class Values>
+  void fill(std::vector<c10::IValue>& stack, const Values& inputs, int list_len,
             const std::vector<at::Tensor>& outputs) const;
 
   SpecKind kind_;

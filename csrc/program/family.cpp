@@ -73,6 +73,18 @@ ProgramFamily::ProgramFamily(const std::string& spec) {
   if (first_ < 0 || count_ < 0) throw std::invalid_argument("bad input range in '" + spec + "'");
 }
 
+std::shared_ptr<const Program> ProgramFamily::find(const std::string& key) const {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> registry_lock(r.mutex);
+  const auto family = r.families.find(id_);
+  if (family == r.families.end()) return nullptr;
+  auto captured = family->second.find(kAnySignature);
+  if (captured == family->second.end()) captured = family->second.find(key);
+  if (captured == family->second.end()) return nullptr;
+  const Captured& c = captured->second;
+  return kind_ == "call" ? c.call : kind_ == "vjp" ? c.vjp : c.vjp2;
+}
+
 std::shared_ptr<const Program> ProgramFamily::select(int nparam, const int* ndims,
                                                      const int64_t* const* shapes,
                                                      const char* const* dtypes) const {
@@ -82,20 +94,31 @@ std::shared_ptr<const Program> ProgramFamily::select(int nparam, const int* ndim
   }
   std::string key = signature_key(count_, ndims + first_, shapes + first_, dtypes + first_);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (last_ && key == last_key_) return last_;
-  Registry& r = registry();
-  std::lock_guard<std::mutex> registry_lock(r.mutex);
-  const auto family = r.families.find(id_);
-  if (family != r.families.end()) {
-    const auto captured = family->second.find(key);
-    if (captured != family->second.end()) {
-      const Captured& c = captured->second;
-      last_ = kind_ == "call" ? c.call : kind_ == "vjp" ? c.vjp : c.vjp2;
-      last_key_ = std::move(key);
-      return last_;
-    }
+  if (last_ && (key == last_key_ || last_key_ == kAnySignature)) return last_;
+  auto program = find(key);
+  if (!program) throw std::runtime_error("no program was captured for inputs (" + key + ")");
+  last_ = program;
+  last_key_ = find(kAnySignature) == program ? kAnySignature : std::move(key);
+  return last_;
+}
+
+std::vector<std::vector<int64_t>> ProgramFamily::infer_shapes(const int* ndims,
+                                                              const int64_t* const* shapes) const {
+  const auto program = find(kAnySignature);
+  if (!program) {
+    throw std::runtime_error("the C++ shape hook serves captures with dynamic shapes only");
   }
-  throw std::runtime_error("no program was captured for inputs (" + key + ")");
+  const int n_inputs = program->inputs();
+  std::vector<std::vector<int64_t>> input_shapes;
+  for (int i = 0; i < n_inputs; ++i) input_shapes.emplace_back(shapes[i], shapes[i] + ndims[i]);
+  if (kind_ == "call") return program->infer_shapes(input_shapes);
+  // A backward returns one gradient per input it differentiates (vjp: the program's inputs;
+  // vjp2: those and the output gradients), each shaped like it: a prefix of its own inputs.
+  const size_t n_results = kind_ == "vjp" ? n_inputs : n_inputs + program->outputs();
+  for (size_t i = input_shapes.size(); i < n_results; ++i) {
+    input_shapes.emplace_back(shapes[i], shapes[i] + ndims[i]);
+  }
+  return input_shapes;
 }
 
 }  // namespace ms_aten

@@ -4,6 +4,9 @@
 // inference (ms_aten_program_register, before MindSpore builds the kernel that runs it), and a
 // launch runs the program captured for its inputs' shapes and dtypes.
 //
+// A capture with dynamic shapes (torch.export's dynamic_shapes) serves every input signature:
+// it is registered under the key "*", and its family holds no other.
+//
 // Spec: family <call|vjp|vjp2> <%-escaped name> <id> <first> <count>
 //   the launch's inputs [first, first + count) are the user inputs that select the program
 //   (the weights before them keep their shapes).
@@ -23,6 +26,9 @@ namespace ms_aten {
 void register_programs(const std::string& id, const std::string& key, const std::string& call,
                        const std::string& vjp);
 
+// The key under which a capture with dynamic shapes serves every input signature.
+inline constexpr const char* kAnySignature = "*";
+
 // "float32[2, 8], int64[]": the dtypes and shapes of `count` buffers, as Python writes a
 // Signature (ms_aten/programs/program.py, Signature.describe).
 std::string signature_key(int count, const int* ndims, const int64_t* const* shapes,
@@ -36,6 +42,11 @@ class ProgramFamily {
   // The program registered for a launch's inputs; throws if there is none.
   std::shared_ptr<const Program> select(int nparam, const int* ndims, const int64_t* const* shapes,
                                         const char* const* dtypes) const;
+  // The output shapes of a launch on inputs of these shapes (MindSpore's C++ shape hook: -1 for
+  // a size it does not know yet). Only a capture with dynamic shapes carries them; a static
+  // family's shapes come from Python. A backward's gradients take their inputs' shapes.
+  std::vector<std::vector<int64_t>> infer_shapes(const int* ndims,
+                                                 const int64_t* const* shapes) const;
 
  private:
   std::string name_;
@@ -44,6 +55,9 @@ class ProgramFamily {
   int first_ = 0;
   int count_ = 0;
   // A compiled graph launches its kernel with one signature: remember the last one.
+  // The program of one kind ("call", "vjp" or "vjp2") registered under `key`, or nullptr.
+  std::shared_ptr<const Program> find(const std::string& key) const;
+
   mutable std::mutex mutex_;
   mutable std::string last_key_;
   mutable std::shared_ptr<const Program> last_;

@@ -90,6 +90,32 @@ class RngReplay {
   at::Tensor saved_;
 };
 
+// A node's label, or "" for one outside any submodule ("-").
+std::string node_label(const std::string& escaped) {
+  const std::string label = unescape(escaped);
+  return label == "-" ? std::string() : label;
+}
+
+// What a boxed call left on its stack: tensors (a Tensor[] flattened) and scalars (.item()).
+std::vector<c10::IValue> returned_values(std::vector<c10::IValue>& stack) {
+  std::vector<c10::IValue> results;
+  for (auto& value : stack) {
+    if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorVector()) results.emplace_back(t);
+    } else {
+      results.push_back(std::move(value));
+    }
+  }
+  return results;
+}
+
+int64_t size_value(const c10::IValue& value, const std::string& label) {
+  if (!value.isInt()) {
+    throw std::runtime_error(label + " is a " + value.tagKind() + ", not a size");
+  }
+  return value.toInt();
+}
+
 }  // namespace
 
 Program::Program(const std::string& spec) {
@@ -112,40 +138,77 @@ Program::Program(const std::string& spec) {
   // Every value is defined once (an input, a constant or a node's result) before it is read.
   std::vector<bool> defined(n_values, false);
   std::fill(defined.begin(), defined.begin() + n_inputs_, true);
+  std::vector<bool> sized(n_values, false);  // known from the inputs' sizes (the prologue)
+  std::fill(sized.begin(), sized.begin() + n_inputs_, true);
   const auto define = [&](const std::string& line, int id) {
     if (id < n_inputs_ || id >= n_values || defined[id])
       fail(line, "bad value id " + std::to_string(id));
     defined[id] = true;
   };
   std::vector<int> last_read(n_values, -1);
+  const auto read = [&](const std::string& line, int v) {
+    if (v < 0 || v >= n_values || !defined[v]) {
+      fail(line, "reads undefined value " + std::to_string(v));
+    }
+    last_read[v] = static_cast<int>(nodes_.size());
+  };
+  bool in_prologue = true;
   for (size_t l = 1; l < lines.size(); ++l) {
     const std::string& line = lines[l];
     try {
-      if (line.rfind("s ", 0) == 0 || line.rfind("k ", 0) == 0) {
+      const char kind = line.empty() ? ' ' : line[0];
+      if (kind == 's' || kind == 'k') {
         const auto words = split(line, ' ');
         const int id = static_cast<int>(to_int(words.at(1)));
         define(line, id);
-        constants_[id] = line[0] == 's' ? wrapped_number(words.at(2))
-                                        : tensor_constant(words.at(2), words.at(3),
-                                                          words.size() > 4 ? words[4] : "");
-      } else if (line.rfind("n ", 0) == 0) {
+        constants_[id] = kind == 's'
+                             ? c10::IValue(wrapped_number(words.at(2)))
+                             : c10::IValue(tensor_constant(words.at(2), words.at(3),
+                                                           words.size() > 4 ? words[4] : ""));
+      } else if (kind == 'z') {
+        Node node;
+        node.scalar = std::make_unique<ScalarOp>(split(line, ' '));
+        for (const int v : node.scalar->reads()) read(line, v);
+        define(line, node.scalar->result());
+        sized[node.scalar->result()] = in_prologue;
+        node.results.push_back(node.scalar->result());
+        nodes_.push_back(std::move(node));
+      } else if (kind == 'r' || kind == 'e') {
+        // r <value> <min> <max|-> <label>;  e <value> <value> <label>
+        const auto words = split(line, ' ');
+        if (words.size() != (kind == 'r' ? 5u : 4u)) fail(line, "malformed check");
+        auto check = std::make_unique<Check>();
+        check->value = static_cast<int>(to_int(words[1]));
+        if (kind == 'r') {
+          check->min = to_int(words[2]);
+          check->bounded_above = words[3] != "-";
+          check->max = check->bounded_above ? to_int(words[3]) : 0;
+        } else {
+          check->other = static_cast<int>(to_int(words[2]));
+        }
+        check->label = unescape(words.back());
+        read(line, check->value);
+        if (check->other >= 0) read(line, check->other);
+        Node node;
+        node.check = std::move(check);
+        nodes_.push_back(std::move(node));
+      } else if (kind == 'n') {
         // n <results> <label> <op spec...>: the op spec keeps its own spaces.
         const size_t results_end = line.find(' ', 2);
         const size_t label_end = line.find(' ', results_end + 1);
         if (results_end == std::string::npos || label_end == std::string::npos)
           fail(line, "short node");
+        if (in_prologue) {
+          prologue_ = nodes_.size();
+          in_prologue = false;
+        }
         Node node;
-        node.label = unescape(line.substr(results_end + 1, label_end - results_end - 1));
-        if (node.label == "-") node.label.clear();  // a node outside any submodule
+        node.label = node_label(line.substr(results_end + 1, label_end - results_end - 1));
         node.call = std::make_unique<OpCall>(line.substr(label_end + 1));
         if (node.call->kind() != SpecKind::kCall || !node.call->explicit_slots()) {
           fail(line, "a node must be a 'call' whose tensor slots name values");
         }
-        for (const int v : node.call->tensor_indices()) {
-          if (v < 0 || v >= n_values || !defined[v])
-            fail(line, "reads undefined value " + std::to_string(v));
-          last_read[v] = static_cast<int>(nodes_.size());
-        }
+        for (const int v : node.call->value_indices()) read(line, v);
         const std::string results = line.substr(2, results_end - 2);
         if (results != "-") {
           for (const auto& part : split(results, ',')) {
@@ -157,7 +220,25 @@ Program::Program(const std::string& spec) {
         nodes_.push_back(std::move(node));
       } else if (line.rfind("o ", 0) == 0) {
         outputs_ = ids(line.substr(2));
-      } else if (line.rfind("g", 0) == 0) {
+      } else if (line.rfind("O ", 0) == 0) {
+        const auto words = split(line, ' ');
+        if (words.size() < 2 || words.size() > 3) fail(line, "expected 'O <k> <d,d,..>'");
+        const size_t k = static_cast<size_t>(to_int(words[1]));
+        if (k != output_shapes_.size()) fail(line, "output shapes out of order");
+        std::vector<Size> shape;
+        for (const auto& item : split(words.size() == 3 ? words[2] : "", ',')) {
+          if (!item.empty() && item[0] == 'z') {
+            const int v = static_cast<int>(to_int(item.substr(1)));
+            if (v < 0 || v >= n_values || !sized[v]) {
+              fail(line, "a size must come from the inputs' sizes (the prologue)");
+            }
+            shape.push_back({v, 0});
+          } else {
+            shape.push_back({-1, to_int(item)});
+          }
+        }
+        output_shapes_.push_back(std::move(shape));
+      } else if (kind == 'g') {
         for (const int i : ids(line.size() > 2 ? line.substr(2) : "")) {
           if (i < 0 || i >= n_inputs_) fail(line, "bad input index");
           differentiate_[i] = true;
@@ -171,7 +252,11 @@ Program::Program(const std::string& spec) {
       fail(line, e.what());
     }
   }
+  if (in_prologue) prologue_ = nodes_.size();
   if (outputs_.empty()) fail(spec.substr(0, 200), "a program needs an 'o' line with outputs");
+  if (!output_shapes_.empty() && output_shapes_.size() != outputs_.size()) {
+    fail("O", "one 'O' line per output");
+  }
   for (const int v : outputs_) {
     if (v < 0 || v >= n_values || !defined[v])
       fail("o", "output " + std::to_string(v) + " is undefined");
@@ -204,27 +289,109 @@ void Program::run(const std::vector<at::Tensor>& inputs,
   }
 }
 
-void Program::evaluate(std::vector<at::Tensor>& values) const {
-  for (size_t i = 0; i < nodes_.size(); ++i) {
+namespace {
+
+void run_check(const std::string& kind, const c10::IValue& value, const c10::IValue& other,
+               int64_t min, int64_t max, bool bounded_above, const std::string& label) {
+  if (value.isNone() || (kind == "e" && other.isNone())) return;  // not known yet (inference)
+  const int64_t v = size_value(value, label);
+  if (kind == "e") {
+    const int64_t w = size_value(other, label);
+    if (v != w) {
+      throw std::invalid_argument(c10::str(label, " is ", v, ", but must equal ", w));
+    }
+    return;
+  }
+  if (v < min || (bounded_above && v > max)) {
+    throw std::invalid_argument(c10::str(label, " is ", v, ", outside its range [", min, ", ",
+                                         bounded_above ? std::to_string(max) : "inf", "]"));
+  }
+}
+
+}  // namespace
+
+void Program::evaluate(std::vector<c10::IValue>& values, size_t first, size_t last) const {
+  for (size_t i = first; i < last; ++i) {
     const Node& node = nodes_[i];
+    if (node.check) {
+      const Check& c = *node.check;
+      run_check(c.other >= 0 ? "e" : "r", values[c.value],
+                c.other >= 0 ? values[c.other] : c10::IValue(), c.min, c.max, c.bounded_above,
+                c.label);
+      continue;
+    }
+    if (node.scalar) {
+      try {
+        values[node.scalar->result()] = node.scalar->eval(values);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(c10::str("scalar ", node.scalar->result(), ": ", describe(e)));
+      }
+      continue;
+    }
     try {
       auto stack = node.call->stack_over(values);
       node.call->op().callBoxed(stack);
-      const auto results = returned_tensors(stack);
+      auto results = returned_values(stack);
       if (results.size() != node.results.size()) {
         throw std::runtime_error(c10::str("returned ", results.size(),
-                                          " tensors, the program expects ", node.results.size()));
+                                          " values, the program expects ", node.results.size()));
       }
       for (size_t r = 0; r < results.size(); ++r) {
-        if (node.results[r] >= 0) values[node.results[r]] = results[r];
+        if (node.results[r] >= 0) values[node.results[r]] = std::move(results[r]);
       }
     } catch (const std::exception& e) {
       throw std::runtime_error(c10::str("node ", i, " (", node.call->name(),
                                         node.label.empty() ? "" : " in " + node.label,
                                         "): ", describe(e)));
     }
-    for (const int v : node.release) values[v] = at::Tensor();
+    for (const int v : node.release) values[v] = c10::IValue();
   }
+}
+
+std::vector<c10::IValue> Program::table(const std::vector<at::Tensor>& inputs) const {
+  std::vector<c10::IValue> values = constants_;
+  for (int i = 0; i < n_inputs_; ++i) values[i] = inputs[i];
+  return values;
+}
+
+const at::Tensor& Program::output(const std::vector<c10::IValue>& values, size_t k) const {
+  const c10::IValue& value = values[outputs_[k]];
+  if (!value.isTensor()) {
+    throw std::runtime_error(c10::str("output ", k, " is a ", value.tagKind(), ", not a tensor"));
+  }
+  return value.toTensor();
+}
+
+std::vector<std::vector<int64_t>> Program::infer_shapes(
+    const std::vector<std::vector<int64_t>>& input_shapes) const {
+  if (output_shapes_.empty()) {
+    throw std::invalid_argument("the program carries no output shapes (a static capture)");
+  }
+  if (input_shapes.size() != static_cast<size_t>(n_inputs_)) {
+    throw std::invalid_argument(
+        c10::str("expects ", n_inputs_, " inputs, got ", input_shapes.size()));
+  }
+  std::vector<c10::IValue> values(constants_.size());
+  for (int i = 0; i < n_inputs_; ++i) values[i] = c10::IValue(input_shapes[i]);
+  evaluate(values, 0, prologue_);
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& shape : output_shapes_) {
+    std::vector<int64_t> sizes;
+    for (const Size& size : shape) {
+      if (size.value < 0) {
+        sizes.push_back(size.constant);
+      } else {
+        const c10::IValue& v = values[size.value];
+        sizes.push_back(v.isNone() ? -1 : size_value(v, "an output size"));
+      }
+    }
+    shapes.push_back(std::move(sizes));
+  }
+  if (rng_) {  // the forward's last output: torch's CPU generator state
+    static const int64_t state_bytes = at::detail::getDefaultCPUGenerator().get_state().numel();
+    shapes.push_back({state_bytes});
+  }
+  return shapes;
 }
 
 void Program::forward(const std::vector<at::Tensor>& inputs,
@@ -240,10 +407,9 @@ void Program::forward(const std::vector<at::Tensor>& inputs,
     std::lock_guard<std::mutex> lock(generator.mutex());
     copy_into_output(outputs[n_out], generator.get_state(), n_out);
   }
-  std::vector<at::Tensor> values = constants_;
-  std::copy(inputs.begin(), inputs.end(), values.begin());
-  evaluate(values);
-  for (size_t k = 0; k < n_out; ++k) copy_into_output(outputs[k], values[outputs_[k]], k);
+  std::vector<c10::IValue> values = table(inputs);
+  evaluate(values, 0, nodes_.size());
+  for (size_t k = 0; k < n_out; ++k) copy_into_output(outputs[k], output(values, k), k);
 }
 
 // The route: recompute the forward under autograd on the saved inputs, then one backward over
@@ -267,7 +433,7 @@ void Program::vjp(const std::vector<at::Tensor>& inputs,
   std::vector<at::Tensor> ys;
   std::vector<at::Tensor> dys;
   for (size_t k = 0; k < n_out; ++k) {
-    const at::Tensor& y = values[outputs_[k]];
+    const at::Tensor& y = output(values, k);
     if (y.requires_grad()) {
       ys.push_back(y);
       dys.push_back(inputs[n_inputs_ + k]);
@@ -301,7 +467,7 @@ Program::Recomputed Program::recompute(const std::vector<at::Tensor>& inputs,
   if (r.wrt.empty()) return r;
   std::optional<RngReplay> replay;
   if (rng_) replay.emplace(inputs[n_inputs_ + outputs_.size()]);
-  evaluate(r.values);
+  evaluate(r.values, 0, nodes_.size());
   return r;
 }
 
@@ -326,7 +492,7 @@ void Program::vjp2(const std::vector<at::Tensor>& inputs,
   std::vector<at::Tensor> vars = wrt;          // what the second pass differentiates
   std::vector<size_t> var_output = wrt_index;  // and the output buffer each lands in
   for (size_t k = 0; k < n_out; ++k) {
-    const at::Tensor& y = values[outputs_[k]];
+    const at::Tensor& y = output(values, k);
     if (!y.requires_grad()) continue;
     at::Tensor dy = inputs[n_inputs_ + k].detach();
     if (at::isFloatingType(dy.scalar_type()) || at::isComplexType(dy.scalar_type())) {

@@ -1,4 +1,5 @@
-// A captured torch graph run as one kernel: a list of OpCalls (spec.h) over a table of values.
+// A captured torch graph run as one kernel: a list of OpCalls (op/spec.h) over a table of
+// values, tensors and scalars.
 //
 // The spec (written by ms_aten/programs/program.py) is one line per entry, '\n'-separated:
 //   program <call|vjp|vjp2> <%-escaped name> <n_inputs> <n_values> <rng: 0|1>
@@ -6,14 +7,23 @@
 //                                         as a wrapped number, so type promotion treats it as
 //                                         torch's Python arg parser does
 //   k <value> <dtype> <I<shape>> <hex>    a tensor constant, its bytes in hex
+//   z <value> <fn> <operand>...           a scalar: a size, or arithmetic on sizes
+//                                         (program/scalars.h)
+//   r <value> <min> <max|-> <%-label>     a check: scalar <value> lies in [min, max]
+//   e <value> <value> <%-label>           a check: two scalars are equal
 //   n <results> <%-escaped label> <op>    a node: <op> is an OpCall spec whose tensor slots
-//                                         (t<j>, T[..], Q[..]) name values; <results> are the
-//                                         value ids of its returned tensors, `_` for one
-//                                         nobody reads, `-` when it returns none; <label>
-//                                         is its module path, `-` for none
+//                                         (t<j>, T[..], Q[..]) and scalar slots (z<j>, J<..>)
+//                                         name values; <results> are the value ids of what it
+//                                         returns (tensors, or scalars such as .item()'s),
+//                                         `_` for one nobody reads, `-` when it returns none;
+//                                         <label> is its module path, `-` for none
 //   o <v,v,..>                            the program's outputs
+//   O <k> <d,d,..>                        output k's shape: each size an int or z<j>
 //   g <i,i,..>                            the inputs the VJP differentiates (may be empty)
-// Values 0 .. n_inputs-1 are the program's inputs. MindSpore's buffers, in order:
+// Values 0 .. n_inputs-1 are the program's inputs. The lines before the first node, the
+// prologue, depend on the inputs' sizes alone: shape inference evaluates them (infer_shapes),
+// and a launch runs them first, so a size outside its range fails before any op runs.
+// MindSpore's buffers, in order:
 //   call: inputs, then one buffer per output, then the RNG state (rng = 1);
 //   vjp:  inputs, one gradient per output, the RNG state (rng = 1); then one gradient per input;
 //   vjp2: the vjp's inputs, one cotangent per gradient the vjp returns; then one gradient per
@@ -28,6 +38,7 @@
 #include <vector>
 
 #include "op/spec.h"
+#include "program/scalars.h"
 
 namespace ms_aten {
 
@@ -36,17 +47,40 @@ class Program {
   explicit Program(const std::string& spec);
 
   const std::string& name() const { return name_; }
+  int inputs() const { return n_inputs_; }
+  int outputs() const { return static_cast<int>(outputs_.size()); }
   // The number of MindSpore inputs of a launch with `nparam` buffers.
   int input_count(int nparam) const;
   // The forward, the VJP or its own VJP, as the spec's kind says.
   void run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
+  // The forward's output shapes for inputs of these shapes (-1: a size not known yet, which
+  // makes every size computed from it -1), the RNG state's included; the prologue's checks run
+  // on the sizes known.
+  std::vector<std::vector<int64_t>> infer_shapes(
+      const std::vector<std::vector<int64_t>>& input_shapes) const;
 
  private:
+  // A size check of the prologue (r and e lines).
+  struct Check {
+    int value = -1;
+    int other = -1;  // e: the value it must equal; -1 for a range
+    int64_t min = 0;
+    int64_t max = 0;
+    bool bounded_above = false;
+    std::string label;
+  };
   struct Node {
-    std::unique_ptr<OpCall> call;
-    std::vector<int> results;  // value id per returned tensor, -1 for unused
-    std::vector<int> release;  // values read for the last time by this node
-    std::string label;         // where it came from, for messages
+    std::unique_ptr<OpCall> call;      // an op, or
+    std::unique_ptr<ScalarOp> scalar;  // a scalar, or
+    std::unique_ptr<Check> check;      // a check
+    std::vector<int> results;          // value id per returned value, -1 for unused
+    std::vector<int> release;          // values read for the last time by this node
+    std::string label;                 // where it came from, for messages
+  };
+  // One size of an output's shape: a value id, or a constant (value -1).
+  struct Size {
+    int value = -1;
+    int64_t constant = 0;
   };
 
   void forward(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
@@ -55,7 +89,7 @@ class Program {
   // What a backward recomputes: the value table (outputs included) and the differentiable
   // inputs, leaves that require grad, with their input indices.
   struct Recomputed {
-    std::vector<at::Tensor> values;
+    std::vector<c10::IValue> values;
     std::vector<at::Tensor> wrt;
     std::vector<size_t> wrt_index;
   };
@@ -64,17 +98,22 @@ class Program {
   // differentiable (wrt empty).
   Recomputed recompute(const std::vector<at::Tensor>& inputs,
                        const std::vector<at::Tensor>& outputs) const;
-  // Runs every node on `values` (inputs and constants set), leaving the outputs in it.
-  void evaluate(std::vector<at::Tensor>& values) const;
+  // Runs nodes [first, last) on `values` (inputs and constants set), leaving their results in it.
+  void evaluate(std::vector<c10::IValue>& values, size_t first, size_t last) const;
+  // The table with the inputs and constants in place.
+  std::vector<c10::IValue> table(const std::vector<at::Tensor>& inputs) const;
+  const at::Tensor& output(const std::vector<c10::IValue>& values, size_t k) const;
 
   std::string name_;
   enum class Kind { kCall, kVjp, kVjp2 } kind_ = Kind::kCall;
   bool rng_ = false;
   int n_inputs_ = 0;
-  std::vector<at::Tensor> constants_;  // n_values long; defined where a constant lives
+  std::vector<c10::IValue> constants_;  // n_values long; set where a constant lives
   std::vector<Node> nodes_;
+  size_t prologue_ = 0;  // nodes_[0, prologue_) depend on the inputs' sizes alone
   std::vector<int> outputs_;
-  std::vector<bool> differentiate_;  // per input, for the VJP
+  std::vector<std::vector<Size>> output_shapes_;  // from the O lines; empty without them
+  std::vector<bool> differentiate_;               // per input, for the VJP
 };
 
 }  // namespace ms_aten

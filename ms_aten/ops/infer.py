@@ -31,6 +31,16 @@ def _infer_function():
     return function
 
 
+@cache
+def _hook_function():
+    function = library.load().ms_aten_infer_shapes
+    function.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int),
+                         ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), _EMIT, ctypes.c_void_p,
+                         ctypes.c_char_p, ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    return function
+
+
 class ShapeInferenceError(RuntimeError):
     """The op cannot be shape-inferred ahead of its launch (for example nonzero)."""
 
@@ -61,6 +71,15 @@ def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
     return shapes, types
 
 
+def _c_shapes(shapes: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+    """(ndims, shapes) as the library's C API takes them."""
+    n = len(shapes)
+    arrays = [(ctypes.c_int64 * max(len(s), 1))(*s) for s in shapes]
+    pointers = (ctypes.POINTER(ctypes.c_int64) * n)(
+        *[ctypes.cast(a, ctypes.POINTER(ctypes.c_int64)) for a in arrays])
+    return (ctypes.c_int * n)(*map(len, shapes)), pointers
+
+
 def infer_outputs(spec: str, shapes: Sequence[Sequence[int]], ms_dtypes: Sequence[Any],
                   site: int = -1) -> tuple[list[Shape], list[Any]]:
     """(shapes, MindSpore TensorTypes) of the outputs of `spec` for these inputs, from the
@@ -68,9 +87,7 @@ def infer_outputs(spec: str, shapes: Sequence[Sequence[int]], ms_dtypes: Sequenc
     ms_aten_uid, tells the library's shape hook which dtypes that object is called with.
     ShapeInferenceError when the op has no meta kernel, RuntimeError when ATen refuses."""
     n = len(shapes)
-    arrays = [(ctypes.c_int64 * max(len(s), 1))(*s) for s in shapes]
-    pointers = (ctypes.POINTER(ctypes.c_int64) * n)(
-        *[ctypes.cast(a, ctypes.POINTER(ctypes.c_int64)) for a in arrays])
+    ndims, pointers = _c_shapes(shapes)
     names = (ctypes.c_char_p * n)(
         *[dtypes.spec_name(dtypes.to_torch(d)).encode() for d in ms_dtypes])
     out_shapes: list[Shape] = []
@@ -81,12 +98,29 @@ def infer_outputs(spec: str, shapes: Sequence[Sequence[int]], ms_dtypes: Sequenc
         out_types.append(mstype.TensorType(dtypes.to_ms(_BY_NAME[dtype])))
 
     error = ctypes.create_string_buffer(_ERROR_BYTES)
-    code = _infer_function()(spec.encode(), site, n, (ctypes.c_int * n)(*map(len, shapes)),
-                             pointers, names, _EMIT(emit), None, error, _ERROR_BYTES)
+    code = _infer_function()(spec.encode(), site, n, ndims, pointers, names, _EMIT(emit), None,
+                             error, _ERROR_BYTES)
     if code:
         message = error.value.decode(errors="replace")
         raise (ShapeInferenceError if code == _UNKNOWABLE else RuntimeError)(message)
     return out_shapes, out_types
+
+
+def hook_shapes(spec: str, shapes: Sequence[Sequence[int]]) -> list[Shape]:
+    """The output shapes MindSpore's C++ shape hook gets for `spec` and these input shapes (a
+    program family's: csrc/program/family.h); RuntimeError with the library's reason."""
+    ndims, pointers = _c_shapes(shapes)
+    out_shapes: list[Shape] = []
+
+    def emit(_context, ndim: int, dims, _dtype: bytes) -> None:
+        out_shapes.append([dims[i] for i in range(ndim)])
+
+    error = ctypes.create_string_buffer(_ERROR_BYTES)
+    code = _hook_function()(spec.encode(), -1, ndims, pointers, _EMIT(emit), None, error,
+                            _ERROR_BYTES)
+    if code:
+        raise RuntimeError(error.value.decode(errors="replace"))
+    return out_shapes
 
 
 _BY_NAME = {dtypes.spec_name(t).encode(): t for t in dtypes.TORCH_TO_MS}

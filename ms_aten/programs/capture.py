@@ -1,26 +1,82 @@
 """Capturing a torch module or function with torch.export, for the program route (program.py)."""
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
 from torch.export import ExportedProgram
 
 from .program import CaptureError, Signature
 
+# torch.export's dynamic_shapes: one spec per input (a dict {dim: Dim}, a tuple of per-dim
+# Dims, or None), or a dict of them by argument name.
+DynamicShapes = dict[str, Any] | tuple[Any, ...] | list[Any] | None
 
-def export(module: torch.nn.Module, example_inputs: tuple, name: str) -> ExportedProgram:
+
+def export(module: torch.nn.Module, example_inputs: tuple, name: str,
+           dynamic_shapes: DynamicShapes = None) -> ExportedProgram:
     """torch.export of `module`, functionalized, with high-level ATen ops kept (an empty
     decomposition table keeps linear, layer_norm, scaled_dot_product_attention: their CPU
     kernels are faster than their decompositions); CaptureError carries torch's reason."""
+    # A view as example input (tokens[:, :-1]) makes torch.export guard on its base's sizes,
+    # which its own run_decompositions cannot evaluate once the sizes are symbolic.
+    inputs = tuple(x.clone() if isinstance(x, torch.Tensor) and x._base is not None else x
+                   for x in example_inputs)
     try:
-        exported = torch.export.export(module, tuple(example_inputs), strict=False)
+        exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes,
+                                       strict=False)
         return exported.run_decompositions({})
     except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        text = str(error).strip()
+        first = "\n".join(text.splitlines()[:3]) if text else ""
         raise CaptureError(f"ms_aten: torch.export cannot capture {name}: "
                            f"{type(error).__name__}: {first}") from error
 
 
+def input_names(fn: Callable, n: int) -> list[str]:
+    """The names of fn's first n positional parameters (a forward's, a function's), or input0,
+    input1, ... where it has fewer."""
+    try:
+        parameters = [p.name for p in inspect.signature(fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):  # a builtin without a signature
+        parameters = []
+    return parameters[:n] if len(parameters) >= n else [f"input{i}" for i in range(n)]
+
+
+def per_input(dynamic_shapes: DynamicShapes, names: Sequence[str]) -> list[Any] | None:
+    """dynamic_shapes as one spec per input, in order (`names`: the inputs' argument names,
+    by which a dict gives them); None for none."""
+    if dynamic_shapes is None:
+        return None
+    if isinstance(dynamic_shapes, dict):
+        unknown = sorted(set(dynamic_shapes) - set(names))
+        if unknown:
+            raise TypeError(f"dynamic_shapes names {unknown}, which are not among the inputs "
+                            f"{list(names)}")
+        return [dynamic_shapes.get(name) for name in names]
+    if not isinstance(dynamic_shapes, (tuple, list)) or len(dynamic_shapes) != len(names):
+        raise TypeError(f"dynamic_shapes must give one spec per input ({len(names)}: "
+                        f"{', '.join(names)}), or a dict of them by name; got {dynamic_shapes!r}")
+    return list(dynamic_shapes)
+
+
+def dim_names(specs: Sequence[Any] | None) -> dict[tuple[int, int], str]:
+    """(input, dim) -> the name of the torch.export.Dim the specs give it, for messages."""
+    names: dict[tuple[int, int], str] = {}
+    for index, spec in enumerate(specs or ()):
+        dims = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
+        for dim, value in dims:
+            name = getattr(value, "__name__", None)
+            if isinstance(name, str):
+                names[(index, dim)] = name
+    return names
+
+
 def example_like(signature: Signature) -> tuple[torch.Tensor, ...]:
     """Zero tensors with a signature's shapes and dtypes, to capture again for new shapes."""
-    return tuple(torch.zeros(s, dtype=d)
+    assert not signature.dynamic, "a dynamic capture is never captured again"
+    return tuple(torch.zeros([n for n in s if n is not None], dtype=d)
                  for s, d in zip(signature.shapes, signature.dtypes, strict=True))

@@ -11,9 +11,9 @@ from mindspore.common import dtype as mstype
 from ..native import dtypes, library
 from ..ops.binding import SPEC_ATTR
 from ..ops.grad import with_arity
-from ..ops.infer import ShapeInferenceError, flatten_infer_args
+from ..ops.infer import ShapeInferenceError, flatten_infer_args, hook_shapes
 from ..ops.primitive import graph_mode, unique_id
-from .capture import example_like, export
+from .capture import DynamicShapes, dim_names, example_like, export, input_names, per_input
 from .program import (
     RNG_STATE_BYTES,
     Program,
@@ -30,25 +30,50 @@ def _tensor_type(dtype: torch.dtype):
     return mstype.TensorType(dtypes.to_ms(dtype))
 
 
-class _ProgramBackward(ops.Custom):
-    """A backward kernel of a program family (`kind`: vjp or vjp2, csrc/program/program.h) whose
-    first `n_results` inputs give its outputs' shapes and dtypes."""
+def _result(shapes: list[Any], types: list[Any]) -> dict:
+    """__infer__'s answer: a lone output as itself, several as tuples."""
+    if len(shapes) == 1:
+        return {"shape": shapes[0], "dtype": types[0], "value": None}
+    return {"shape": tuple(shapes), "dtype": tuple(types), "value": None}
 
-    def __init__(self, program: Program, family: str, kind: str, n_results: int):
+
+class _ProgramPrimitive(ops.Custom):
+    """An ops.Custom over a kernel of a program family (csrc/program/family.h): `kind` is call,
+    vjp or vjp2. A capture with dynamic shapes has its output shapes from the library's C++
+    shape hook, at compile time (-1 where a size is not known yet) and before each launch of a
+    graph whose sizes change; a static one from __infer__ (one capture per input signature)."""
+
+    def __init__(self, program: Program, family: str, kind: str, n_results: int, bprop=None):
         self.program = program
         self.family = family
-        self.n_results = n_results
-        super().__init__(library.kernel(library.current_target()), out_shape=self._unused,
-                         out_dtype=self._unused, func_type="aot")
+        multi_output = program.dynamic and n_results > 1
+        super().__init__(library.kernel(library.current_target(), multi_output),
+                         out_shape=None if program.dynamic else self._unused,
+                         out_dtype=self._unused, func_type="aot", bprop=bprop)
         self.add_prim_attr(SPEC_ATTR, family_spec(kind, program, family))
         self.add_prim_attr("ms_aten_uid", unique_id())
+        if program.dynamic:
+            # MindSpore picks the hook's return type by this flag (csrc/boundary/extra_abi0.cpp),
+            # and its C++ inference reads reg_op_name.
+            self.multi_output = multi_output
+            self.add_prim_attr("multi_output", multi_output)
+            self.add_prim_attr("reg_op_name", program.name)
+
+    def _unused(self, *args):
+        raise AssertionError("unreachable: __infer__ infers shapes")
+
+
+class _ProgramBackward(_ProgramPrimitive):
+    """A backward kernel of a program family (`kind`: vjp or vjp2, csrc/program/program.h)
+    whose first `n_results` inputs give its outputs' shapes and dtypes."""
+
+    def __init__(self, program: Program, family: str, kind: str, n_results: int):
+        self.n_results = n_results
+        super().__init__(program, family, kind, n_results)
 
     def __infer__(self, *args: dict) -> dict:
         shapes, types = flatten_infer_args(args)
-        n = self.n_results
-        if n == 1:
-            return {"shape": shapes[0], "dtype": types[0], "value": None}
-        return {"shape": tuple(shapes[:n]), "dtype": tuple(types[:n]), "value": None}
+        return _result(shapes[:self.n_results], types[:self.n_results])
 
     def _refusing_bprop(self, arity: int, message: str) -> Callable:
         """A bprop that raises `message` when it runs. MindSpore may ask for a bprop while
@@ -59,9 +84,6 @@ class _ProgramBackward(ops.Custom):
             raise RuntimeError(message)
 
         return with_arity(arity, refuse)
-
-    def _unused(self, *args):
-        raise AssertionError("unreachable: __infer__ infers shapes")
 
 
 class ProgramVjp(_ProgramBackward):
@@ -136,43 +158,48 @@ def make_program_bprop(program: Program, family: str) -> Callable:
     return with_arity(program.n_inputs, gradients)
 
 
-class AtenFunction(ops.Custom):
+class AtenFunction(_ProgramPrimitive):
     """A MindSpore primitive that runs a whole captured torch graph in one kernel launch.
 
     Outputs: the graph's outputs (a Tensor when there is one), then, for a graph with random
     ops (dropout), torch's CPU RNG state as a uint8 Tensor, which the backward replays: as
     MindSpore's own ops.Dropout returns its mask beside its output.
 
-    Inputs of other static shapes are captured again, once per signature, in both modes: as
-    torch would simply run them, and as MindSpore compiles a graph per static shape. The
-    primitive names a program family in the library, and each launch runs the capture for its
-    inputs (csrc/program/family.h).
+    A capture with dynamic shapes (torch.export's dynamic_shapes) serves every size its
+    ranges allow, in both modes, GRAPH mode with unknown sizes too. A static capture serves its
+    own input signature, and inputs of other static shapes are captured again, once per
+    signature, in both modes: as torch would simply run them, and as MindSpore compiles a graph
+    per static shape. The primitive names a program family in the library, and each launch runs
+    the capture for its inputs (csrc/program/family.h).
     """
 
     def __init__(self, program: Program, recapture: Recapture | None = None):
-        self.program = program  # the first capture; every capture has its outputs' structure
         self.recapture = recapture
-        self.family = str(unique_id())
-        register(self.family, program)
+        family = str(unique_id())
+        register(family, program)
         self.programs: dict[Signature, Program] = {program.signature: program}
-        super().__init__(library.kernel(library.current_target()), out_shape=self._unused,
-                         out_dtype=self._unused, func_type="aot",
-                         bprop=make_program_bprop(program, self.family))
-        self.add_prim_attr(SPEC_ATTR, family_spec("call", program, self.family))
-        self.add_prim_attr("ms_aten_uid", unique_id())
+        # the first capture; every capture has its outputs' structure
+        super().__init__(program, family, "call", program.n_results,
+                         bprop=make_program_bprop(program, family))
 
     def program_for(self, signature: Signature) -> Program:
-        """The capture for a signature of the user inputs: captured now if it is new."""
+        """The capture for a signature of the user inputs: captured now if it is new (and the
+        capture static); ValueError when a dynamic capture cannot take it."""
+        first = self.program
+        if first.dynamic:
+            why = first.signature.mismatch(signature)
+            if why is not None:
+                raise ValueError(f"ms_aten function '{first.name}' got {why}")
+            return first
         program = self.programs.get(signature)
         if program is not None:
             return program
-        first = self.program
-        if any(size < 0 for shape in signature.shapes for size in shape):
+        if any(size is None or size < 0 for shape in signature.shapes for size in shape):
             raise ShapeInferenceError(
                 f"ms_aten function '{first.name}' got inputs of unknown size "
-                f"({signature.describe()}); a program is captured for static shapes: give the "
-                f"Cell static inputs (MindSpore compiles once per shape, ms_aten captures once "
-                f"per shape)")
+                f"({signature.describe()}), but was captured for static shapes: capture it with "
+                f"dynamic_shapes (torch.export's argument) for one program of every size, or "
+                f"give the Cell static inputs (one capture per shape)")
         if self.recapture is None:
             raise ShapeInferenceError(
                 f"ms_aten function '{first.name}' was captured for inputs "
@@ -186,20 +213,25 @@ class AtenFunction(ops.Custom):
         shapes, types = flatten_infer_args(args)
         first = self.program
         if len(shapes) != first.n_inputs:
-            raise TypeError(f"ms_aten function '{first.name}' takes {first.n_inputs} "
-                            f"tensors, got {len(shapes)}")
+            n_user = len(shapes) - first.n_weights
+            weights = f" (besides its {first.n_weights} weights)" if first.n_weights else ""
+            raise TypeError(f"ms_aten function '{first.name}' takes {len(first.input_names)} "
+                            f"input{'s' if len(first.input_names) != 1 else ''} "
+                            f"({', '.join(first.input_names)}){weights}, got {n_user}")
         program = self.program_for(first.user_signature_of(shapes, types))
-        out_shapes: list[Any] = [list(s) for s in program.output_shapes]
+        if program.dynamic:
+            try:
+                out_shapes: list[Any] = hook_shapes(self.attrs[SPEC_ATTR], shapes)
+            except RuntimeError as error:  # a size outside its range: the library says which
+                raise ValueError(str(error).replace("ms_aten: program: ", "")) from None
+        else:
+            out_shapes = [list(s) for s in program.output_shapes]
+            if program.random:
+                out_shapes.append([RNG_STATE_BYTES])
         out_types = [_tensor_type(d) for d in program.output_dtypes]
         if program.random:
-            out_shapes.append([RNG_STATE_BYTES])
             out_types.append(_tensor_type(torch.uint8))
-        if len(out_shapes) == 1:
-            return {"shape": out_shapes[0], "dtype": out_types[0], "value": None}
-        return {"shape": tuple(out_shapes), "dtype": tuple(out_types), "value": None}
-
-    def _unused(self, *args):
-        raise AssertionError("unreachable: AtenFunction.__infer__ infers shapes")
+        return _result(out_shapes, out_types)
 
 
 class _Wrapped(torch.nn.Module):
@@ -213,20 +245,33 @@ class _Wrapped(torch.nn.Module):
         return self.fn(*args)
 
 
-def function(fn: Callable, example_inputs: tuple) -> AtenFunction:
+def function(fn: Callable, example_inputs: tuple,
+             dynamic_shapes: DynamicShapes = None) -> AtenFunction:
     """`fn` (a callable over torch tensors: torch ops, torch.nn.functional, torch.library ops)
     as one MindSpore primitive, captured with torch.export on `example_inputs` (torch tensors).
 
     Call it on MindSpore tensors in GRAPH (inside a Cell) or PYNATIVE mode; it returns a Tensor
     or a tuple, and is differentiable with respect to every floating input.
+
+    dynamic_shapes: torch.export's argument, one spec per input or a dict by argument name
+    (`{0: torch.export.Dim("batch", max=64)}`, `Dim.AUTO`, `Dim.DYNAMIC`): one capture then
+    serves every size the ranges allow, with no capture or compile per shape.
     """
     if not isinstance(example_inputs, tuple) or not all(
             isinstance(x, torch.Tensor) for x in example_inputs):
         raise TypeError("ms_aten.function: example_inputs must be a tuple of torch tensors")
     name = getattr(fn, "__name__", type(fn).__name__)
     module = _Wrapped(fn)
+    names = input_names(fn, len(example_inputs))
+    try:
+        specs = per_input(dynamic_shapes, names)
+    except TypeError as error:
+        raise TypeError(f"ms_aten.function({name}): {error}") from None
 
     def capture(signature: Signature) -> Program:
-        return build(export(module, example_like(signature), name), name)
+        return build(export(module, example_like(signature), name), name, input_names=names)
 
-    return AtenFunction(build(export(module, example_inputs, name), name), capture)
+    # _Wrapped.forward takes `*args`, for which torch.export wants the specs as one tuple.
+    exported = export(module, example_inputs, name, None if specs is None else (tuple(specs),))
+    return AtenFunction(build(exported, name, dim_names=dim_names(specs), input_names=names),
+                        capture)

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import torch
-from mindspore import Parameter, ParameterTuple, nn, ops
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
+from ..native import dtypes
 from ..native.convert import to_ms, to_torch
-from .capture import example_like, export
+from .capture import DynamicShapes, dim_names, example_like, export, input_names, per_input
 from .function import AtenFunction
 from .program import Program, Signature, build
 
@@ -20,9 +21,14 @@ class TorchModule(nn.Cell):
     train mode) are assigned after each call. Returns the module's outputs flattened as
     torch.utils._pytree does (a HuggingFace ModelOutput gives its tensors in field order): a
     Tensor when there is one, else a tuple.
+
+    Captured with `dynamic_shapes` (torch.export's argument), one program serves every size its
+    ranges allow, and the Cell declares the dynamic sizes to MindSpore (`set_inputs` with None
+    there), so GRAPH mode compiles it once too.
     """
 
-    def __init__(self, module: torch.nn.Module, example_inputs: tuple):
+    def __init__(self, module: torch.nn.Module, example_inputs: tuple,
+                 dynamic_shapes: DynamicShapes = None):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ms_aten.module expects a torch.nn.Module, "
@@ -33,6 +39,11 @@ class TorchModule(nn.Cell):
         self._torch_module = module
         self._example = example_inputs
         self._name = type(module).__name__
+        self._input_names = input_names(module.forward, len(example_inputs))
+        try:
+            self._dynamic_shapes = per_input(dynamic_shapes, self._input_names)
+        except TypeError as error:
+            raise TypeError(f"ms_aten.module({self._name}): {error}") from None
         named = [*module.named_parameters(), *module.named_buffers()]
         self._weight_names = tuple(name for name, _ in named)
         self._trainable = frozenset(name for name, p in module.named_parameters()
@@ -56,11 +67,14 @@ class TorchModule(nn.Cell):
         module = self._torch_module
         was_training = module.training
         module.train(training)
+        specs = self._dynamic_shapes
         try:
-            exported = export(module, example, self._name)
+            exported = export(module, example, self._name,
+                              None if specs is None else tuple(specs))
         finally:
             module.train(was_training)
-        return build(exported, self._name, self._weight_names, self._trainable, self._aliases)
+        return build(exported, self._name, self._weight_names, self._trainable, self._aliases,
+                     dim_names=dim_names(specs), input_names=self._input_names)
 
     def _select(self, training: bool) -> None:
         function = self._functions.get(training)
@@ -71,6 +85,10 @@ class TorchModule(nn.Cell):
             function = AtenFunction(self._capture(training, self._example), recapture)
             self._functions[training] = function
         program = function.program
+        if program.dynamic:  # GRAPH mode compiles `self(x)` once for every size
+            self.set_inputs(*[Tensor(shape=list(shape), dtype=dtypes.to_ms(dtype))
+                              for shape, dtype in zip(program.signature.shapes,
+                                                      program.signature.dtypes, strict=True)])
         self._function = function
         self._mutated = tuple(self._weight_names.index(b) for b in program.mutations)
         self._n_outputs = program.n_outputs
@@ -105,7 +123,9 @@ class TorchModule(nn.Cell):
         return {key: values[name] for key, name in self._state_keys.items()}
 
 
-def module(torch_module: torch.nn.Module, example_inputs: tuple) -> TorchModule:
+def module(torch_module: torch.nn.Module, example_inputs: tuple,
+           dynamic_shapes: DynamicShapes = None) -> TorchModule:
     """`torch_module` as a MindSpore Cell running its forward in one kernel launch; see
-    TorchModule."""
-    return TorchModule(torch_module, example_inputs)
+    TorchModule. dynamic_shapes: torch.export's argument (one spec per input, or a dict by the
+    forward's argument names: `{"input_ids": {0: Dim("batch"), 1: Dim("seq", max=512)}}`)."""
+    return TorchModule(torch_module, example_inputs, dynamic_shapes)

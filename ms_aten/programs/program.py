@@ -20,7 +20,10 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from ..native import dtypes, library
 from ..ops import constants as consts
+from . import symbolic
 
+# The family key of a capture with dynamic shapes (csrc/program/family.h, kAnySignature).
+ANY_SIGNATURE = "*"
 # Torch's CPU generator state, which the forward of a random program hands to its VJP.
 RNG_STATE_BYTES = torch.get_rng_state().numel()
 
@@ -29,18 +32,46 @@ class CaptureError(RuntimeError):
     """A torch module or function that cannot become an ms_aten program."""
 
 
+Shape = tuple[int | None, ...]  # None: a size torch.export keeps symbolic (dynamic_shapes)
+
+
 @dataclass(frozen=True)
 class Signature:
     """Shapes and torch dtypes of a program's inputs, as captured."""
 
-    shapes: tuple[tuple[int, ...], ...]
+    shapes: tuple[Shape, ...]
     dtypes: tuple[torch.dtype, ...]
 
+    @property
+    def dynamic(self) -> bool:
+        return any(size is None for shape in self.shapes for size in shape)
+
     def describe(self) -> str:
-        """"float32[2, 8], int64[]": also the key of a family's programs in the library
-        (csrc/program/family.cpp, signature_key)."""
-        return ", ".join(f"{str(d).removeprefix('torch.')}{list(s)}"
-                         for s, d in zip(self.shapes, self.dtypes, strict=True))
+        """"float32[2, 8], int64[]" ("?" for a dynamic size): for a static capture, also the
+        key of a family's programs in the library (csrc/program/family.cpp, signature_key)."""
+        return ", ".join(
+            f"{str(d).removeprefix('torch.')}[{', '.join('?' if n is None else str(n) for n in s)}]"
+            for s, d in zip(self.shapes, self.dtypes, strict=True))
+
+    def mismatch(self, other: Signature) -> str | None:
+        """Why `other` (a call's signature, -1 for a size not known yet) cannot run a program
+        captured with this one, or None."""
+        if len(other.shapes) != len(self.shapes):
+            return f"{len(other.shapes)} inputs, where the program takes {len(self.shapes)}"
+        for i, (shape, dtype, got_shape, got_dtype) in enumerate(zip(
+                self.shapes, self.dtypes, other.shapes, other.dtypes, strict=True)):
+            sizes_fit = len(got_shape) == len(shape) and all(
+                want is None or got in (want, -1) for want, got in zip(shape, got_shape,
+                                                                        strict=True))
+            if got_dtype != dtype or not sizes_fit:
+                return (f"input {i} is {Signature((got_shape,), (got_dtype,)).describe()}, where "
+                        f"the program takes {Signature((shape,), (dtype,)).describe()}")
+        return None
+
+
+def _shape(sizes) -> Shape:
+    """A meta tensor's shape, None for each symbolic size."""
+    return tuple(None if isinstance(n, torch.SymInt) else int(n) for n in sizes)
 
 
 @dataclass(frozen=True)
@@ -56,11 +87,17 @@ class Program:
     vjp_spec: str
     n_weights: int
     signature: Signature  # of the user inputs, as captured
-    output_shapes: tuple[tuple[int, ...], ...]  # the graph's outputs, without the RNG state
+    input_names: tuple[str, ...]  # of the user inputs, for messages
+    output_shapes: tuple[Shape, ...]  # the graph's outputs, without the RNG state
     output_dtypes: tuple[torch.dtype, ...]
     mutations: tuple[str, ...]  # buffers the first len(mutations) outputs update, in order
     random: bool  # the forward has one more output, the RNG state its VJP replays
     n_nodes: int
+
+    @property
+    def dynamic(self) -> bool:
+        """Captured with dynamic shapes: one program serves every size its ranges allow."""
+        return self.signature.dynamic
 
     @property
     def n_inputs(self) -> int:
@@ -83,12 +120,23 @@ class Program:
                          tuple(map(dtypes.to_torch, ms_dtypes[user])))
 
 
-def _meta_tensors(value: Any) -> list[torch.Tensor | None]:
-    if isinstance(value, torch.Tensor):
+_SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+
+def _returned(value: Any) -> list[Any]:
+    """A node's results as the program holds them: tensors (a list flattened) and scalars; None
+    for anything else."""
+    if isinstance(value, (torch.Tensor, *_SCALARS)):
         return [value]
     if isinstance(value, (tuple, list)):
-        return [t for item in value for t in _meta_tensors(item)]
+        return [t for item in value for t in _returned(item)]
     return [None]
+
+
+def _holds_node(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_holds_node(v) for v in value)
+    return isinstance(value, torch.fx.Node)
 
 
 def _where(node: torch.fx.Node) -> str:
@@ -104,8 +152,11 @@ class _Builder:
         self.name = name
         self.ids: dict[torch.fx.Node, int] = {}
         self.lines: list[str] = []
+        self.prologue: list[str] = []  # lines that depend on the inputs' sizes alone
         self.n_values = 0
         self.random = False
+        self.sizes = symbolic.Sizes(self.new_value, self.prologue.append)
+        self.shapes: list[str] = []  # O lines: the outputs' shapes, from the inputs' sizes
 
     def new_value(self) -> int:
         self.n_values += 1
@@ -129,13 +180,47 @@ class _Builder:
             if kind != "Tensor?":
                 raise self.fail(node, f"argument '{arg.name}' is None")
             return "N"
+        if isinstance(value, torch.fx.Node) and not isinstance(value.meta.get("val"),
+                                                               torch.Tensor):
+            return f"Z{self.value_of(node, arg, value)}"  # a size where torch takes a number
         return f"t{self.value_of(node, arg, value)}"
+
+    def scalar_token(self, node: torch.fx.Node, arg, value) -> str:
+        """A non-tensor argument that reads scalar values: z<j>, or J<..> for an int list."""
+        if isinstance(value, torch.fx.Node):
+            return f"z{self.value_of(node, arg, value)}"
+        if not isinstance(value, (list, tuple)) or not all(
+                isinstance(v, torch.fx.Node | int) and not isinstance(v, bool) for v in value):
+            raise self.fail(node, f"argument '{arg.name}' ({arg.real_type}) holds sizes the "
+                                  f"program computes, in a form it cannot pass: {value!r}")
+        return "J" + ",".join(f"z{self.value_of(node, arg, v)}" if isinstance(v, torch.fx.Node)
+                              else str(v) for v in value)
+
+    def scalar(self, node: torch.fx.Node) -> None:
+        """A scalar node: a tensor's size, or arithmetic on sizes (csrc/program/scalars.h)."""
+        fn = symbolic.scalar_function(node.target)
+        assert fn is not None  # build() sends only these here
+        if node.kwargs:
+            raise self.fail(node, f"keyword arguments {sorted(node.kwargs)} to a scalar function")
+        operands = []
+        for value in node.args:
+            if isinstance(value, torch.fx.Node):
+                if value not in self.ids:
+                    raise self.fail(node, f"reads {value.name}, which the program does not hold")
+                operands.append(f"z{self.ids[value]}")
+            else:
+                try:
+                    operands.append(symbolic.scalar_token(value))
+                except TypeError as error:
+                    raise self.fail(node, str(error)) from None
+        self.ids[node] = vid = self.new_value()
+        self.lines.append(" ".join(["z", str(vid), fn, *operands]))
 
     def value_of(self, node: torch.fx.Node, arg, value) -> int:
         if isinstance(value, torch.fx.Node):
             if value not in self.ids:
                 raise self.fail(node, f"argument '{arg.name}' reads {value.name}, which is "
-                                      f"not a tensor the program holds")
+                                      f"not a value the program holds")
             return self.ids[value]
         if isinstance(value, (bool, int, float)):  # a Python number in a Tensor slot
             token = consts.encode(_NUMBER_ARG, value)
@@ -143,6 +228,20 @@ class _Builder:
             self.lines.append(f"s {vid} {token}")
             return vid
         raise self.fail(node, f"argument '{arg.name}' got {type(value).__name__} {value!r}")
+
+    def output_shape(self, k: int, node: torch.fx.Node) -> None:
+        """Output k's shape from the inputs' sizes; CaptureError for a size that depends on
+        tensor values (nonzero, .item())."""
+        try:
+            sizes = [self.sizes.token(n) for n in node.meta["val"].shape]
+        except symbolic.UnboundSize as error:
+            raise self.fail(node, f"its shape {list(node.meta['val'].shape)} depends on tensor "
+                                  f"values ({error}); MindSpore sizes a program's outputs before "
+                                  f"it runs") from None
+        except ValueError as error:
+            raise self.fail(node, str(error)) from None
+        self.shapes.append(f"O {k} {','.join(t[1:] if t[0] == 'i' else t for t in sizes)}"
+                           .rstrip())
 
     def call(self, node: torch.fx.Node) -> None:
         target = node.target
@@ -166,21 +265,24 @@ class _Builder:
                 value = node.args[position]
             if consts.is_tensor_arg(arg):
                 tokens.append(self.tensor_token(node, arg, value))
-                continue
-            try:
-                tokens.append(consts.encode(arg, consts.check_constant(arg, value)))
-            except consts.ConstantError as error:
-                raise self.fail(node, str(error)) from None
-        returned = _meta_tensors(node.meta.get("val")) if schema.returns else []
+            elif _holds_node(value):
+                tokens.append(self.scalar_token(node, arg, value))
+            else:
+                try:
+                    tokens.append(consts.encode(arg, consts.check_constant(arg, value)))
+                except consts.ConstantError as error:
+                    raise self.fail(node, str(error)) from None
+        returned = _returned(node.meta.get("val")) if schema.returns else []
         results = [r for r in returned if r is not None]
         if len(results) != len(returned) or (schema.returns and not results):
             raise self.fail(node, f"it returns {', '.join(str(r.type) for r in schema.returns)}"
-                                  "; a program node must return tensors")
+                                  "; a program node returns tensors or numbers")
         for r in results:
-            try:
-                dtypes.to_ms(r.dtype)
-            except TypeError as error:
-                raise self.fail(node, str(error)) from None
+            if isinstance(r, torch.Tensor):
+                try:
+                    dtypes.to_ms(r.dtype)
+                except TypeError as error:
+                    raise self.fail(node, str(error)) from None
         # getitem users pick a multi-output node's results; a single result is the node itself.
         picks = {user.args[1]: user for user in node.users if user.target is operator.getitem}
         result_ids = []
@@ -210,12 +312,19 @@ def _constant_line(vid: int, tensor: torch.Tensor) -> str:
 
 def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
           trainable: frozenset[str] = frozenset(),
-          aliases: Mapping[str, str] | None = None) -> Program:
+          aliases: Mapping[str, str] | None = None,
+          dim_names: Mapping[tuple[int, int], str] | None = None,
+          input_names: Sequence[str] | None = None) -> Program:
     """The program for an exported graph. Its inputs: the parameters and buffers named in
     `weights` (in that order; one the graph does not read is simply unused), then the graph's
     user inputs; lifted tensor constants are embedded in the spec. `aliases` maps the other
     names of tied weights (GPT-2's lm_head.weight) to theirs in `weights`. The VJP
-    differentiates the floating user inputs and the `trainable` weights."""
+    differentiates the floating user inputs and the `trainable` weights.
+
+    A graph exported with dynamic shapes reads its symbolic sizes from its inputs at launch,
+    checks them against torch.export's ranges (`dim_names`: (input, dim) -> the Dim's name,
+    `input_names`: the user inputs' names, for messages) and computes its outputs' shapes from
+    them (symbolic.py)."""
     builder = _Builder(name)
     position = {target: i for i, target in enumerate(weights)}
     position.update({alias: position[target] for alias, target in (aliases or {}).items()})
@@ -237,8 +346,23 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
     for node, spec in constant_nodes:
         builder.ids[node] = vid = builder.new_value()
         builder.lines.append(_constant_line(vid, exported.constants[spec.target]))
+    names = tuple(input_names or (n.name for n in user_inputs))
+    signature = Signature(tuple(_shape(n.meta["val"].shape) for n in user_inputs),
+                          tuple(n.meta["val"].dtype for n in user_inputs))
+    if signature.dynamic:
+        try:
+            builder.sizes.bind_inputs(
+                [(builder.ids[n], label, n.meta["val"]) for n, label in zip(user_inputs, names,
+                                                                            strict=True)],
+                dim_names or {}, exported.range_constraints)
+        except ValueError as error:
+            raise CaptureError(f"ms_aten: {name}: {error}") from None
     for node in graph.nodes:
-        if node.op == "call_function" and node.target is not operator.getitem:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if symbolic.scalar_function(node.target) is not None:
+            builder.scalar(node)
+        else:
             builder.call(node)
     output_node = next(n for n in graph.nodes if n.op == "output")
     output_ids, shapes, out_dtypes, mutations = [], [], [], []
@@ -251,13 +375,21 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
         if spec.kind == OutputKind.BUFFER_MUTATION:
             mutations.append(spec.target)
         meta = value.meta["val"]
+        if not isinstance(meta, torch.Tensor):
+            raise CaptureError(f"ms_aten: {name} returns the number {value.name}; a program "
+                               f"returns tensors")
         output_ids.append(str(builder.ids[value]))
-        shapes.append(tuple(meta.shape))
+        shapes.append(_shape(meta.shape))
         out_dtypes.append(meta.dtype)
+        if signature.dynamic:
+            builder.output_shape(len(shapes) - 1, value)
+        elif None in shapes[-1]:
+            raise builder.fail(value, f"its shape {list(meta.shape)} depends on tensor values; "
+                                      f"MindSpore sizes a program's outputs before it runs")
     floating = [i for i, node in enumerate(user_inputs) if node.meta["val"].is_floating_point()]
     grad_inputs = [position[t] for t in weights if t in trainable]
     grad_inputs += [len(weights) + i for i in floating]
-    body = [*builder.lines, f"o {','.join(output_ids)}"]
+    body = [*builder.prologue, *builder.lines, f"o {','.join(output_ids)}", *builder.shapes]
     n_inputs = len(weights) + len(user_inputs)
     header = f"{quote(name, safe='')} {n_inputs} {builder.n_values} {int(builder.random)}"
     program = Program(
@@ -266,8 +398,7 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
         vjp_spec="\n".join([f"program vjp {header}", *body,
                              f"g {','.join(map(str, grad_inputs))}"]),
         n_weights=len(weights),
-        signature=Signature(tuple(tuple(n.meta["val"].shape) for n in user_inputs),
-                            tuple(n.meta["val"].dtype for n in user_inputs)),
+        signature=signature, input_names=names,
         output_shapes=tuple(shapes), output_dtypes=tuple(out_dtypes),
         mutations=tuple(mutations), random=builder.random,
         n_nodes=sum(1 for line in builder.lines if line.startswith("n ")))
@@ -276,13 +407,14 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
 
 def register(family: str, program: Program) -> None:
     """Hands a capture to the library under its family and input signature (csrc/
-    program_family.h), which decodes both specs now: a node it cannot run fails before any
-    launch, as a CaptureError."""
+    program/family.h; a dynamic capture under "*", every signature), which decodes both specs
+    now: a node it cannot run fails before any launch, as a CaptureError."""
     lib = library.load()
     lib.ms_aten_program_register.argtypes = [ctypes.c_char_p] * 4 + [ctypes.c_char_p,
                                                                       ctypes.c_size_t]
     error = ctypes.create_string_buffer(4096)
-    if lib.ms_aten_program_register(family.encode(), program.signature.describe().encode(),
+    key = ANY_SIGNATURE if program.dynamic else program.signature.describe()
+    if lib.ms_aten_program_register(family.encode(), key.encode(),
                                     program.spec.encode(), program.vjp_spec.encode(),
                                     error, len(error)):
         message = error.value.decode().removeprefix("ms_aten: program: ")

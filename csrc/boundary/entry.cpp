@@ -87,6 +87,18 @@ std::vector<ms_aten::TensorMeta> metas_of(int n, const int* ndims, const int64_t
   return inputs;
 }
 
+bool is_family(const char* spec) { return std::strncmp(spec, "family ", 7) == 0; }
+
+// The output shapes of a program family (a capture with dynamic shapes); dtypes are Python's.
+std::vector<ms_aten::TensorMeta> family_shapes(const char* spec, const int* ndims,
+                                               const int64_t* const* shapes, bool check) {
+  std::vector<ms_aten::TensorMeta> outputs;
+  for (auto& dims : ms_aten::ProgramFamily(spec).infer_shapes(ndims, shapes, check)) {
+    outputs.push_back({static_cast<int64_t>(dims.size()), std::move(dims)});
+  }
+  return outputs;
+}
+
 // Runs an inference, reports its outputs through emit (an unknown rank as MindSpore's {-2}),
 // and turns every failure into a return code and a message: 1, or 2 for ms_aten::Unknowable.
 template <class Body>
@@ -199,17 +211,22 @@ int ms_aten_infer_shapes(const char* spec, int64_t site, const int* ndims,
                          char* error, size_t error_size) {
   return infer_barrier(
       [&] {
-        // A program family's shapes (a capture with dynamic shapes); its dtypes are Python's.
-        if (std::strncmp(spec, "family ", 7) == 0) {
-          std::vector<ms_aten::TensorMeta> outputs;
-          for (auto& dims : ms_aten::ProgramFamily(spec).infer_shapes(ndims, shapes)) {
-            outputs.push_back({static_cast<int64_t>(dims.size()), std::move(dims)});
-          }
-          return outputs;
-        }
+        // An exception from MindSpore's shape hook while a compiled graph runs leaves that
+        // graph unable to run again ("An error occurred in the previous step"), so a program's
+        // sizes are checked by its launch, whose errors MindSpore recovers from.
+        if (is_family(spec)) return family_shapes(spec, ndims, shapes, /*check=*/false);
         return ms_aten::infer_shapes(spec, site, ndims, shapes);
       },
       emit, context, error, error_size);
+}
+
+// A program family's output shapes for Python's __infer__ (ms_aten/programs/program.py), with
+// the sizes checked against their ranges: a bad size fails at the call.
+MS_ATEN_C_API int ms_aten_program_shapes(const char* spec, const int* ndims,
+                                         const int64_t* const* shapes, ms_aten_emit_fn emit,
+                                         void* context, char* error, size_t error_size) {
+  return infer_barrier([&] { return family_shapes(spec, ndims, shapes, /*check=*/true); }, emit,
+                       context, error, error_size);
 }
 
 // Registers the forward and VJP programs captured for one input signature of a program family

@@ -210,7 +210,10 @@ OpCall::OpCall(const std::string& spec) {
           slots_.push_back({SlotKind::kOutput, static_cast<int>(to_int(token.substr(1))), {}});
           break;
         case 'z':
-          slots_.push_back({SlotKind::kScalar, static_cast<int>(to_int(token.substr(1))), {}});
+        case 'Z':
+          slots_.push_back({token[0] == 'z' ? SlotKind::kScalar : SlotKind::kWrappedScalar,
+                            static_cast<int>(to_int(token.substr(1))),
+                            {}});
           break;
         case 'J': {  // J<a,z3,..>: ints and scalar values
           Slot slot{SlotKind::kIntList, 0, std::vector<int>{}};
@@ -339,7 +342,7 @@ std::vector<int> OpCall::value_indices() const {
   std::vector<int> indices;
   for (const Slot& slot : slots_) {
     if (slot.kind == SlotKind::kTensor || slot.kind == SlotKind::kWrapped ||
-        slot.kind == SlotKind::kScalar) {
+        slot.kind == SlotKind::kScalar || slot.kind == SlotKind::kWrappedScalar) {
       indices.push_back(slot.index);
     }
     if (slot.members) {
@@ -409,6 +412,9 @@ void OpCall::fill(std::vector<c10::IValue>& stack, const Values& inputs, int lis
         break;
       }
       case SlotKind::kScalar: stack.push_back(scalar_at(inputs, slot.index)); break;
+      case SlotKind::kWrappedScalar:
+        stack.emplace_back(wrapped_number(scalar_at(inputs, slot.index).toScalar()));
+        break;
       case SlotKind::kIntList: {
         std::vector<int64_t> list(slot.ints);
         for (size_t i = 0; i < list.size(); ++i) {

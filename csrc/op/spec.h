@@ -24,6 +24,7 @@
 // In a program's nodes (program/program.h) two more name scalars of its value table, sizes that
 // torch.export keeps symbolic (SymInt, SymFloat, SymBool) or a number read from a tensor:
 //   z<j>        the scalar value j, for any non-tensor argument (int, float, Scalar, bool)
+//   Z<j>        the scalar value j where the schema takes a Tensor, wrapped as W is
 //   J<a,b,..>   an int list whose items are ints or z<j> (view sizes, expand sizes)
 #pragma once
 
@@ -103,6 +104,7 @@ class OpCall {
     kOptTensorList,
     kOutput,
     kScalar,
+    kWrappedScalar,
     kIntList
   };
   struct Slot {

@@ -103,7 +103,8 @@ std::shared_ptr<const Program> ProgramFamily::select(int nparam, const int* ndim
 }
 
 std::vector<std::vector<int64_t>> ProgramFamily::infer_shapes(const int* ndims,
-                                                              const int64_t* const* shapes) const {
+                                                              const int64_t* const* shapes,
+                                                              bool check) const {
   const auto program = find(kAnySignature);
   if (!program) {
     throw std::runtime_error("the C++ shape hook serves captures with dynamic shapes only");
@@ -111,7 +112,7 @@ std::vector<std::vector<int64_t>> ProgramFamily::infer_shapes(const int* ndims,
   const int n_inputs = program->inputs();
   std::vector<std::vector<int64_t>> input_shapes;
   for (int i = 0; i < n_inputs; ++i) input_shapes.emplace_back(shapes[i], shapes[i] + ndims[i]);
-  if (kind_ == "call") return program->infer_shapes(input_shapes);
+  if (kind_ == "call") return program->infer_shapes(input_shapes, check);
   // A backward returns one gradient per input it differentiates (vjp: the program's inputs;
   // vjp2: those and the output gradients), each shaped like it: a prefix of its own inputs.
   const size_t n_results = kind_ == "vjp" ? n_inputs : n_inputs + program->outputs();

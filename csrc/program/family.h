@@ -45,8 +45,9 @@ class ProgramFamily {
   // The output shapes of a launch on inputs of these shapes (MindSpore's C++ shape hook: -1 for
   // a size it does not know yet). Only a capture with dynamic shapes carries them; a static
   // family's shapes come from Python. A backward's gradients take their inputs' shapes.
-  std::vector<std::vector<int64_t>> infer_shapes(const int* ndims,
-                                                 const int64_t* const* shapes) const;
+  // Without `check`, the sizes are not checked against their ranges (the launch checks them).
+  std::vector<std::vector<int64_t>> infer_shapes(const int* ndims, const int64_t* const* shapes,
+                                                 bool check) const;
 
  private:
   std::string name_;

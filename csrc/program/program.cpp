@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -233,6 +234,7 @@ Program::Program(const std::string& spec) {
               fail(line, "a size must come from the inputs' sizes (the prologue)");
             }
             shape.push_back({v, 0});
+            last_read[v] = std::numeric_limits<int>::max();  // shape inference reads it last
           } else {
             shape.push_back({-1, to_int(item)});
           }
@@ -302,6 +304,9 @@ void run_check(const std::string& kind, const c10::IValue& value, const c10::IVa
     }
     return;
   }
+  if (bounded_above && min == max && v != min) {
+    throw std::invalid_argument(c10::str(label, " is ", v, ", but must be ", min));
+  }
   if (v < min || (bounded_above && v > max)) {
     throw std::invalid_argument(c10::str(label, " is ", v, ", outside its range [", min, ", ",
                                          bounded_above ? std::to_string(max) : "inf", "]"));
@@ -310,41 +315,45 @@ void run_check(const std::string& kind, const c10::IValue& value, const c10::IVa
 
 }  // namespace
 
-void Program::evaluate(std::vector<c10::IValue>& values, size_t first, size_t last) const {
+void Program::evaluate(std::vector<c10::IValue>& values, size_t first, size_t last,
+                       bool check) const {
   for (size_t i = first; i < last; ++i) {
     const Node& node = nodes_[i];
     if (node.check) {
+      if (!check) continue;
       const Check& c = *node.check;
       run_check(c.other >= 0 ? "e" : "r", values[c.value],
                 c.other >= 0 ? values[c.other] : c10::IValue(), c.min, c.max, c.bounded_above,
                 c.label);
-      continue;
-    }
-    if (node.scalar) {
+    } else if (node.scalar) {
       try {
         values[node.scalar->result()] = node.scalar->eval(values);
       } catch (const std::exception& e) {
         throw std::runtime_error(c10::str("scalar ", node.scalar->result(), ": ", describe(e)));
       }
-      continue;
-    }
-    try {
-      auto stack = node.call->stack_over(values);
-      node.call->op().callBoxed(stack);
-      auto results = returned_values(stack);
-      if (results.size() != node.results.size()) {
-        throw std::runtime_error(c10::str("returned ", results.size(),
-                                          " values, the program expects ", node.results.size()));
-      }
-      for (size_t r = 0; r < results.size(); ++r) {
-        if (node.results[r] >= 0) values[node.results[r]] = std::move(results[r]);
-      }
-    } catch (const std::exception& e) {
-      throw std::runtime_error(c10::str("node ", i, " (", node.call->name(),
-                                        node.label.empty() ? "" : " in " + node.label,
-                                        "): ", describe(e)));
+    } else {
+      call(node, i, values);
     }
     for (const int v : node.release) values[v] = c10::IValue();
+  }
+}
+
+void Program::call(const Node& node, size_t index, std::vector<c10::IValue>& values) const {
+  try {
+    auto stack = node.call->stack_over(values);
+    node.call->op().callBoxed(stack);
+    auto results = returned_values(stack);
+    if (results.size() != node.results.size()) {
+      throw std::runtime_error(c10::str("returned ", results.size(),
+                                        " values, the program expects ", node.results.size()));
+    }
+    for (size_t r = 0; r < results.size(); ++r) {
+      if (node.results[r] >= 0) values[node.results[r]] = std::move(results[r]);
+    }
+  } catch (const std::exception& e) {
+    throw std::runtime_error(c10::str("node ", index, " (", node.call->name(),
+                                      node.label.empty() ? "" : " in " + node.label,
+                                      "): ", describe(e)));
   }
 }
 
@@ -363,7 +372,7 @@ const at::Tensor& Program::output(const std::vector<c10::IValue>& values, size_t
 }
 
 std::vector<std::vector<int64_t>> Program::infer_shapes(
-    const std::vector<std::vector<int64_t>>& input_shapes) const {
+    const std::vector<std::vector<int64_t>>& input_shapes, bool check) const {
   if (output_shapes_.empty()) {
     throw std::invalid_argument("the program carries no output shapes (a static capture)");
   }
@@ -373,7 +382,7 @@ std::vector<std::vector<int64_t>> Program::infer_shapes(
   }
   std::vector<c10::IValue> values(constants_.size());
   for (int i = 0; i < n_inputs_; ++i) values[i] = c10::IValue(input_shapes[i]);
-  evaluate(values, 0, prologue_);
+  evaluate(values, 0, prologue_, check);
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& shape : output_shapes_) {
     std::vector<int64_t> sizes;

@@ -57,7 +57,7 @@ class Program {
   // makes every size computed from it -1), the RNG state's included; the prologue's checks run
   // on the sizes known.
   std::vector<std::vector<int64_t>> infer_shapes(
-      const std::vector<std::vector<int64_t>>& input_shapes) const;
+      const std::vector<std::vector<int64_t>>& input_shapes, bool check = true) const;
 
  private:
   // A size check of the prologue (r and e lines).
@@ -98,8 +98,12 @@ class Program {
   // differentiable (wrt empty).
   Recomputed recompute(const std::vector<at::Tensor>& inputs,
                        const std::vector<at::Tensor>& outputs) const;
-  // Runs nodes [first, last) on `values` (inputs and constants set), leaving their results in it.
-  void evaluate(std::vector<c10::IValue>& values, size_t first, size_t last) const;
+  // Runs nodes [first, last) on `values` (inputs and constants set), leaving their results in it;
+  // without `check`, the checks are skipped.
+  void evaluate(std::vector<c10::IValue>& values, size_t first, size_t last,
+                bool check = true) const;
+  // Runs the op of node `index`, its results into `values`; errors name the node.
+  void call(const Node& node, size_t index, std::vector<c10::IValue>& values) const;
   // The table with the inputs and constants in place.
   std::vector<c10::IValue> table(const std::vector<at::Tensor>& inputs) const;
   const at::Tensor& output(const std::vector<c10::IValue>& values, size_t k) const;

@@ -14,9 +14,9 @@ from mindspore.common import dtype as mstype
 from ..native import dtypes, library
 
 Shape = list[int]
-_EMIT = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+EMIT = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
                          ctypes.c_char_p)
-_ERROR_BYTES = 4096
+ERROR_BYTES = 4096
 _UNKNOWABLE = 2  # ms_aten_infer's return code when no meta kernel exists (bridge_abi.h)
 
 
@@ -26,17 +26,7 @@ def _infer_function():
     shapes = ctypes.POINTER(ctypes.POINTER(ctypes.c_int64))
     function.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.c_int,
                          ctypes.POINTER(ctypes.c_int), shapes, ctypes.POINTER(ctypes.c_char_p),
-                         _EMIT, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-    function.restype = ctypes.c_int
-    return function
-
-
-@cache
-def _hook_function():
-    function = library.load().ms_aten_infer_shapes
-    function.argtypes = [ctypes.c_char_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int),
-                         ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), _EMIT, ctypes.c_void_p,
-                         ctypes.c_char_p, ctypes.c_size_t]
+                         EMIT, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
     function.restype = ctypes.c_int
     return function
 
@@ -71,7 +61,7 @@ def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
     return shapes, types
 
 
-def _c_shapes(shapes: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+def c_shapes(shapes: Sequence[Sequence[int]]) -> tuple[Any, Any]:
     """(ndims, shapes) as the library's C API takes them."""
     n = len(shapes)
     arrays = [(ctypes.c_int64 * max(len(s), 1))(*s) for s in shapes]
@@ -87,7 +77,7 @@ def infer_outputs(spec: str, shapes: Sequence[Sequence[int]], ms_dtypes: Sequenc
     ms_aten_uid, tells the library's shape hook which dtypes that object is called with.
     ShapeInferenceError when the op has no meta kernel, RuntimeError when ATen refuses."""
     n = len(shapes)
-    ndims, pointers = _c_shapes(shapes)
+    ndims, pointers = c_shapes(shapes)
     names = (ctypes.c_char_p * n)(
         *[dtypes.spec_name(dtypes.to_torch(d)).encode() for d in ms_dtypes])
     out_shapes: list[Shape] = []
@@ -97,30 +87,13 @@ def infer_outputs(spec: str, shapes: Sequence[Sequence[int]], ms_dtypes: Sequenc
         out_shapes.append([dims[i] for i in range(ndim)])
         out_types.append(mstype.TensorType(dtypes.to_ms(_BY_NAME[dtype])))
 
-    error = ctypes.create_string_buffer(_ERROR_BYTES)
-    code = _infer_function()(spec.encode(), site, n, ndims, pointers, names, _EMIT(emit), None,
-                             error, _ERROR_BYTES)
+    error = ctypes.create_string_buffer(ERROR_BYTES)
+    code = _infer_function()(spec.encode(), site, n, ndims, pointers, names, EMIT(emit), None,
+                             error, ERROR_BYTES)
     if code:
         message = error.value.decode(errors="replace")
         raise (ShapeInferenceError if code == _UNKNOWABLE else RuntimeError)(message)
     return out_shapes, out_types
-
-
-def hook_shapes(spec: str, shapes: Sequence[Sequence[int]]) -> list[Shape]:
-    """The output shapes MindSpore's C++ shape hook gets for `spec` and these input shapes (a
-    program family's: csrc/program/family.h); RuntimeError with the library's reason."""
-    ndims, pointers = _c_shapes(shapes)
-    out_shapes: list[Shape] = []
-
-    def emit(_context, ndim: int, dims, _dtype: bytes) -> None:
-        out_shapes.append([dims[i] for i in range(ndim)])
-
-    error = ctypes.create_string_buffer(_ERROR_BYTES)
-    code = _hook_function()(spec.encode(), -1, ndims, pointers, _EMIT(emit), None, error,
-                            _ERROR_BYTES)
-    if code:
-        raise RuntimeError(error.value.decode(errors="replace"))
-    return out_shapes
 
 
 _BY_NAME = {dtypes.spec_name(t).encode(): t for t in dtypes.TORCH_TO_MS}

@@ -11,7 +11,7 @@ from mindspore.common import dtype as mstype
 from ..native import dtypes, library
 from ..ops.binding import SPEC_ATTR
 from ..ops.grad import with_arity
-from ..ops.infer import ShapeInferenceError, flatten_infer_args, hook_shapes
+from ..ops.infer import ShapeInferenceError, flatten_infer_args
 from ..ops.primitive import graph_mode, unique_id
 from .capture import DynamicShapes, dim_names, example_like, export, input_names, per_input
 from .program import (
@@ -20,6 +20,7 @@ from .program import (
     Signature,
     build,
     family_spec,
+    output_shapes,
     register,
 )
 
@@ -209,21 +210,31 @@ class AtenFunction(_ProgramPrimitive):
         self.programs[signature] = program
         return program
 
-    def __infer__(self, *args: dict) -> dict:
-        shapes, types = flatten_infer_args(args)
+    def output_shapes(self, shapes: list[list[int]]) -> list[list[int]]:
+        """A dynamic capture's output shapes for inputs of these shapes (weights first; -1 for
+        a size not known yet); ValueError naming an input size outside its range."""
+        try:
+            return output_shapes(self.attrs[SPEC_ATTR], shapes)
+        except ValueError as error:  # the library names the input, the dim, size and range
+            raise ValueError(f"ms_aten function '{self.program.name}': {error}") from None
+
+    def check_count(self, n: int) -> None:
+        """TypeError naming the user inputs unless a call gives n = weights + inputs tensors."""
         first = self.program
-        if len(shapes) != first.n_inputs:
-            n_user = len(shapes) - first.n_weights
+        if n != first.n_inputs:
             weights = f" (besides its {first.n_weights} weights)" if first.n_weights else ""
             raise TypeError(f"ms_aten function '{first.name}' takes {len(first.input_names)} "
                             f"input{'s' if len(first.input_names) != 1 else ''} "
-                            f"({', '.join(first.input_names)}){weights}, got {n_user}")
+                            f"({', '.join(first.input_names)}){weights}, "
+                            f"got {n - first.n_weights}")
+
+    def __infer__(self, *args: dict) -> dict:
+        shapes, types = flatten_infer_args(args)
+        first = self.program
+        self.check_count(len(shapes))
         program = self.program_for(first.user_signature_of(shapes, types))
         if program.dynamic:
-            try:
-                out_shapes: list[Any] = hook_shapes(self.attrs[SPEC_ATTR], shapes)
-            except RuntimeError as error:  # a size outside its range: the library says which
-                raise ValueError(str(error).replace("ms_aten: program: ", "")) from None
+            out_shapes: list[Any] = self.output_shapes(shapes)
         else:
             out_shapes = [list(s) for s in program.output_shapes]
             if program.random:

@@ -59,6 +59,7 @@ class TorchModule(nn.Cell):
         self._state_keys = {key: by_tensor[id(t)]
                             for key, t in module.state_dict(keep_vars=True).items()
                             if id(t) in by_tensor}
+        self._weight_shapes = [list(p.shape) for p in self.weights]
         self._functions: dict[bool, AtenFunction] = {}
         super().set_train(module.training)
         self._select(module.training)
@@ -85,11 +86,11 @@ class TorchModule(nn.Cell):
             function = AtenFunction(self._capture(training, self._example), recapture)
             self._functions[training] = function
         program = function.program
+        self._function = function
         if program.dynamic:  # GRAPH mode compiles `self(x)` once for every size
             self.set_inputs(*[Tensor(shape=list(shape), dtype=dtypes.to_ms(dtype))
                               for shape, dtype in zip(program.signature.shapes,
                                                       program.signature.dtypes, strict=True)])
-        self._function = function
         self._mutated = tuple(self._weight_names.index(b) for b in program.mutations)
         self._n_outputs = program.n_outputs
         self._bare = program.n_results == 1  # the primitive returns a Tensor, not a tuple
@@ -103,6 +104,16 @@ class TorchModule(nn.Cell):
         super().set_train(mode)
         self._select(mode)
         return self
+
+    def _check_construct_args(self, *args) -> None:
+        # MindSpore's check of a GRAPH-mode call, right before the compiled graph runs: a size
+        # outside a dynamic capture's range is refused here, not by the kernel, whose error
+        # would leave the compiled graph unable to run again (MindSpore 2.10 keeps a graph's
+        # failure: "An error occurred in the previous step").
+        super()._check_construct_args(*args)
+        if self._function.program.dynamic and all(isinstance(x, Tensor) for x in args):
+            self._function.check_count(len(self._weight_shapes) + len(args))
+            self._function.output_shapes([*self._weight_shapes, *(list(x.shape) for x in args)])
 
     def construct(self, *inputs):
         results = self._function(*self.weights, *inputs)

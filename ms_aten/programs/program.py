@@ -11,6 +11,7 @@ import ctypes
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 from urllib.parse import quote
 
@@ -20,6 +21,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from ..native import dtypes, library
 from ..ops import constants as consts
+from ..ops.infer import EMIT, ERROR_BYTES, c_shapes
 from . import symbolic
 
 # The family key of a capture with dynamic shapes (csrc/program/family.h, kAnySignature).
@@ -419,6 +421,33 @@ def register(family: str, program: Program) -> None:
                                     error, len(error)):
         message = error.value.decode().removeprefix("ms_aten: program: ")
         raise CaptureError(f"ms_aten: {program.name}: {message}")
+
+
+@cache
+def _shapes_function():
+    function = library.load().ms_aten_program_shapes
+    function.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int),
+                         ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), EMIT, ctypes.c_void_p,
+                         ctypes.c_char_p, ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    return function
+
+
+def output_shapes(family: str, shapes: Sequence[Sequence[int]]) -> list[list[int]]:
+    """A dynamic capture's output shapes for inputs of these shapes (-1: not known yet), from
+    the library (family: the primitive's spec attribute), which checks each size against its
+    range: ValueError naming the input, the dim, the size and the range."""
+    ndims, pointers = c_shapes(shapes)
+    out: list[list[int]] = []
+
+    def emit(_context, ndim: int, dims, _dtype: bytes) -> None:
+        out.append([dims[i] for i in range(ndim)])
+
+    error = ctypes.create_string_buffer(ERROR_BYTES)
+    if _shapes_function()(family.encode(), ndims, pointers, EMIT(emit), None, error,
+                          ERROR_BYTES):
+        raise ValueError(error.value.decode(errors="replace"))
+    return out
 
 
 def family_spec(kind: str, program: Program, family: str) -> str:

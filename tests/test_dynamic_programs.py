@@ -10,7 +10,7 @@ import models
 import numpy as np
 import pytest
 import torch
-from mindspore import Tensor, nn
+from mindspore import Tensor, nn, ops
 from test_module import assert_gradients_match
 from torch.export import Dim
 
@@ -64,15 +64,18 @@ def targets_for(c: models.Case, batch: int, seq: int) -> tuple[torch.Tensor, tor
 
 
 class GradientOf(nn.Cell):
-    """The loss and the parameters' gradients, as a Cell: one graph, whose dynamic sizes its
-    set_inputs declares (ms.value_and_grad called directly compiles per input shape)."""
+    """The loss and the parameters' gradients, as a Cell (nn.TrainOneStepCell's way): one graph,
+    whose dynamic sizes its set_inputs declares (ms.value_and_grad called directly compiles per
+    input shape)."""
 
     def __init__(self, loss_cell: nn.Cell, params):
         super().__init__()
-        self.grad = ms.value_and_grad(loss_cell, None, params)
+        self.loss_cell = loss_cell
+        self.weights = ms.ParameterTuple(params)
+        self.grad = ops.GradOperation(get_by_list=True)
 
     def construct(self, x, target):
-        return self.grad(x, target)
+        return self.loss_cell(x, target), self.grad(self.loss_cell, self.weights)(x, target)
 
 
 @pytest.mark.parametrize("mode", ["graph", "pynative"])

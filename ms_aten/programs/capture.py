@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import torch
+from torch._subclasses.fake_tensor import UnsupportedOperatorException
 from torch.export import ExportedProgram
 
+from ..ops.schema import missing_meta_kernel
 from .program import CaptureError, Signature
 
 
@@ -16,8 +18,18 @@ def export(module: torch.nn.Module, example_inputs: tuple, name: str) -> Exporte
         return exported.run_decompositions({})
     except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: "
-                           f"{type(error).__name__}: {first}") from error
+        reason = _missing_meta_kernel(error) or f"{type(error).__name__}: {first}"
+        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {reason}") from error
+
+
+def _missing_meta_kernel(error: BaseException | None) -> str | None:
+    """What to register, when tracing failed on an op that has no Meta kernel (torch reports it
+    as UnsupportedOperatorException, maybe wrapped)."""
+    while error is not None:
+        if isinstance(error, UnsupportedOperatorException):
+            return missing_meta_kernel(error.func._schema)
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def example_like(signature: Signature) -> tuple[torch.Tensor, ...]:

@@ -1,18 +1,44 @@
-"""Capturing a torch module or function with torch.export, for the program route (program.py)."""
+"""Capturing a torch module or function with torch.export, for the program route (program.py),
+with the user's subgraph replacements applied (rewrite.py)."""
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import torch
 from torch._subclasses.fake_tensor import UnsupportedOperatorException
 from torch.export import ExportedProgram
 
 from ..ops.schema import missing_meta_kernel
+from . import rewrite
 from .program import CaptureError, Signature
 
 
-def export(module: torch.nn.Module, example_inputs: tuple, name: str) -> ExportedProgram:
+class FunctionModule(torch.nn.Module):
+    """torch.export captures modules; this one calls a plain function."""
+
+    def __init__(self, fn: Callable) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def export(module: torch.nn.Module, example_inputs: tuple, name: str,
+           replace: Sequence = ()) -> ExportedProgram:
     """torch.export of `module`, functionalized, with high-level ATen ops kept (an empty
     decomposition table keeps linear, layer_norm, scaled_dot_product_attention: their CPU
-    kernels are faster than their decompositions); CaptureError carries torch's reason."""
+    kernels are faster than their decompositions); CaptureError carries torch's reason. Each
+    (pattern, replacement) of `replace` is then applied in turn (rewrite.py), its pattern and
+    replacement captured the same way."""
+    exported = _export(module, example_inputs, name)
+    if replace:
+        rewrite.apply(exported, replace, name,
+                      lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what))
+    return exported
+
+
+def _export(module: torch.nn.Module, example_inputs: tuple, name: str) -> ExportedProgram:
     try:
         exported = torch.export.export(module, tuple(example_inputs), strict=False)
         return exported.run_decompositions({})

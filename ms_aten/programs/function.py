@@ -1,7 +1,7 @@
 """ms_aten.function: a torch function as one MindSpore primitive, one kernel launch per call."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -13,7 +13,7 @@ from ..ops.binding import SPEC_ATTR
 from ..ops.grad import with_arity
 from ..ops.infer import ShapeInferenceError, flatten_infer_args
 from ..ops.primitive import graph_mode, unique_id
-from .capture import example_like, export
+from .capture import FunctionModule, example_like, export
 from .program import (
     RNG_STATE_BYTES,
     Program,
@@ -202,20 +202,11 @@ class AtenFunction(ops.Custom):
         raise AssertionError("unreachable: AtenFunction.__infer__ infers shapes")
 
 
-class _Wrapped(torch.nn.Module):
-    """torch.export captures modules; this one calls a plain function."""
-
-    def __init__(self, fn: Callable) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-
-def function(fn: Callable, example_inputs: tuple) -> AtenFunction:
+def function(fn: Callable, example_inputs: tuple, replace: Sequence = ()) -> AtenFunction:
     """`fn` (a callable over torch tensors: torch ops, torch.nn.functional, torch.library ops)
     as one MindSpore primitive, captured with torch.export on `example_inputs` (torch tensors).
+    `replace`: (pattern, replacement[, example_inputs]) tuples, applied at every capture
+    (rewrite.py); `op.program.replaced` counts the matches.
 
     Call it on MindSpore tensors in GRAPH (inside a Cell) or PYNATIVE mode; it returns a Tensor
     or a tuple, and is differentiable with respect to every floating input.
@@ -224,9 +215,9 @@ def function(fn: Callable, example_inputs: tuple) -> AtenFunction:
             isinstance(x, torch.Tensor) for x in example_inputs):
         raise TypeError("ms_aten.function: example_inputs must be a tuple of torch tensors")
     name = getattr(fn, "__name__", type(fn).__name__)
-    module = _Wrapped(fn)
+    module = FunctionModule(fn)
 
     def capture(signature: Signature) -> Program:
-        return build(export(module, example_like(signature), name), name)
+        return build(export(module, example_like(signature), name, replace), name)
 
-    return AtenFunction(build(export(module, example_inputs, name), name), capture)
+    return AtenFunction(build(export(module, example_inputs, name, replace), name), capture)

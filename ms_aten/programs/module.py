@@ -1,6 +1,8 @@
 """ms_aten.module: a torch.nn.Module as a MindSpore Cell whose weights are MindSpore Parameters."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from mindspore import Parameter, ParameterTuple, nn, ops
 
@@ -20,9 +22,12 @@ class TorchModule(nn.Cell):
     train mode) are assigned after each call. Returns the module's outputs flattened as
     torch.utils._pytree does (a HuggingFace ModelOutput gives its tensors in field order): a
     Tensor when there is one, else a tuple.
+
+    `replace`: (pattern, replacement[, example_inputs]) tuples applied at every capture
+    (rewrite.py); `cell.program.replaced` counts the matches.
     """
 
-    def __init__(self, module: torch.nn.Module, example_inputs: tuple):
+    def __init__(self, module: torch.nn.Module, example_inputs: tuple, replace: Sequence = ()):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ms_aten.module expects a torch.nn.Module, "
@@ -32,6 +37,7 @@ class TorchModule(nn.Cell):
             raise TypeError("ms_aten.module: example_inputs must be a tuple of torch tensors")
         self._torch_module = module
         self._example = example_inputs
+        self._replace = replace
         self._name = type(module).__name__
         named = [*module.named_parameters(), *module.named_buffers()]
         self._weight_names = tuple(name for name, _ in named)
@@ -57,7 +63,7 @@ class TorchModule(nn.Cell):
         was_training = module.training
         module.train(training)
         try:
-            exported = export(module, example, self._name)
+            exported = export(module, example, self._name, self._replace)
         finally:
             module.train(was_training)
         return build(exported, self._name, self._weight_names, self._trainable, self._aliases)
@@ -105,7 +111,8 @@ class TorchModule(nn.Cell):
         return {key: values[name] for key, name in self._state_keys.items()}
 
 
-def module(torch_module: torch.nn.Module, example_inputs: tuple) -> TorchModule:
+def module(torch_module: torch.nn.Module, example_inputs: tuple,
+           replace: Sequence = ()) -> TorchModule:
     """`torch_module` as a MindSpore Cell running its forward in one kernel launch; see
     TorchModule."""
-    return TorchModule(torch_module, example_inputs)
+    return TorchModule(torch_module, example_inputs, replace)

@@ -114,12 +114,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--mode", choices=[*MODES, "both"], default="both")
     parser.add_argument("--library", help="a built myops.so (default: build one now)")
     args = parser.parse_args(argv)
-    library = args.library
-    if library is None:
-        start = time.perf_counter()
-        library = myops.build(tempfile.mkdtemp(prefix="myops_"))
-        print(f"built {library} in {time.perf_counter() - start:.0f} s")
-    myops.load(library)
+    with tempfile.TemporaryDirectory(prefix="myops_") as scratch:  # a loaded .so may go
+        library = args.library
+        if library is None:
+            start = time.perf_counter()
+            library = myops.build(scratch)
+            print(f"built {library} in {time.perf_counter() - start:.0f} s")
+        myops.load(library)
     torch.manual_seed(0)
     gaps = {}
     for mode in MODES if args.mode == "both" else [args.mode]:

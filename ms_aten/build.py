@@ -1,5 +1,5 @@
-"""`python -m ms_aten.build KERNEL.cpp [-o OUT.so]`: compile your own AOT kernel
-(ms_aten/native/build.py does it; this module is its command line and public face)."""
+"""`python -m ms_aten.build SOURCE.cpp [-o OUT.so]`: compile your own AOT kernel or torch
+extension (ms_aten/native/build.py does it; this module is its command line and public face)."""
 import sys
 
 from .native.build import BuildError, build, main

@@ -10,5 +10,5 @@ echo "[lint] $("$BIN/ruff" --version), $("$BIN/mypy" --version), $("$BIN/clang-f
 "$BIN/ruff" check .
 "$BIN/mypy"
 "$BIN/lint-imports" --no-cache
-git ls-files -- 'csrc/*.h' 'csrc/*.cpp' 'csrc/*.cu' 'benchmarks/*.cpp' \
+git ls-files -- 'csrc/*.h' 'csrc/*.cpp' 'csrc/*.cu' 'benchmarks/*.cpp' 'examples/*.cpp' 'tests/*.cpp' \
   | xargs "$BIN/clang-format" --style=file --dry-run --Werror

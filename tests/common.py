@@ -3,6 +3,10 @@ a driver for the bridge library's C API."""
 from __future__ import annotations
 
 import ctypes
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import mindspore as ms
 import numpy as np
@@ -25,6 +29,19 @@ from ms_aten.testing import (  # noqa: F401  (re-exported for the tests)
 )
 
 ms.set_device("CPU")
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def load_example(path: str) -> ModuleType:
+    """examples/<path>.py imported as a module named after its path ('custom_extension/example'
+    -> custom_extension_example)."""
+    name = path.replace("/", "_")
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{path}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # MindSpore's graph parser looks modules up by name
+    spec.loader.exec_module(module)
+    return module
 
 
 class BridgeKernel:

@@ -7,7 +7,7 @@ import torch
 import ms_aten
 from ms_aten import ShapeInferenceError
 
-from common import run, to_ms
+from common import assert_same, run, to_ms
 
 X = torch.randn(3, 4)
 
@@ -91,6 +91,26 @@ def test_unsupported_dtype_for_the_kernel(mode):
     flags = torch.tensor([True, False])
     with pytest.raises(RuntimeError, match=r"'Bool'"):
         run(ms_aten.op("cumprod", dim=0, dtype=torch.bool), to_ms((flags,)), mode).asnumpy()
+    assert_still_works(mode)
+
+
+def test_an_op_without_a_meta_kernel_says_what_to_register(mode):
+    """A torch.library op with a CPU kernel only (test_custom_extension.py: a compiled one)."""
+    lib = torch.library.Library("ms_aten_cpu_only", "DEF")
+    lib.define("triple(Tensor x) -> Tensor")
+    lib.impl("triple", lambda x: x * 3, "CPU")
+    message = (r"op 'ms_aten_cpu_only::triple' has no Meta kernel or fake implementation(.|\n)*"
+               r"TORCH_LIBRARY_IMPL\(ms_aten_cpu_only, Meta, m\)(.|\n)*"
+               r"torch.library.register_fake\(\"ms_aten_cpu_only::triple\"\)")
+    try:
+        with pytest.raises(ShapeInferenceError, match=message):
+            ms_aten.op("ms_aten_cpu_only::triple")
+        with pytest.raises(ms_aten.CaptureError, match=message):
+            ms_aten.function(lambda x: torch.ops.ms_aten_cpu_only.triple(x), (X,))
+        torch.library.register_fake("ms_aten_cpu_only::triple", lib=lib)(torch.empty_like)
+        assert_same(run(ms_aten.op("ms_aten_cpu_only::triple"), to_ms((X,)), mode), X * 3)
+    finally:
+        lib._destroy()
     assert_still_works(mode)
 
 

@@ -1,10 +1,12 @@
-"""python -m ms_aten.build KERNEL.cpp [-o OUT.so]: compile your own AOT kernel, the seed's way.
+"""python -m ms_aten.build SOURCE.cpp [-o OUT.so]: compile your own AOT kernel or torch extension.
 
-The kernel includes <torch/extension.h> (or <ATen/ATen.h>) and "ms_ext.h" and calls
-get_torch_tensors. The .so gets torch's and ms_aten's include paths, torch's C++ ABI flag, and
-an rpath to both libraries, so `ops.Custom("./OUT.so:Func", ..., func_type="aot")` loads it
-after `import ms_aten` with no LD_LIBRARY_PATH. Every call compiles afresh into a temporary
-file and renames it over OUT.so: a stale library is never reused.
+An AOT kernel (the seed's way) includes <torch/extension.h> (or <ATen/ATen.h>) and "ms_ext.h"
+and calls get_torch_tensors; a torch extension registers ops with TORCH_LIBRARY
+(examples/custom_extension). The .so gets torch's and ms_aten's include paths, torch's C++ ABI
+flag, and an rpath to both libraries, so `ops.Custom("./OUT.so:Func", ..., func_type="aot")` or
+`torch.ops.load_library("OUT.so")` loads it after `import ms_aten` with no LD_LIBRARY_PATH.
+Every call compiles afresh into a temporary file and renames it over OUT.so: a stale library is
+never reused.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ def build(source: str | os.PathLike, output: str | os.PathLike | None = None) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ms_aten.build",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("source", help="kernel source (.cpp, or .cu with a CUDA torch)")
+    parser.add_argument("source", help="source (.cpp, or .cu with a CUDA torch)")
     parser.add_argument("-o", "--output", help="output .so (default: beside the source)")
     args = parser.parse_args(argv)
     try:

@@ -24,7 +24,7 @@ from .infer import (
 )
 from .pattern import Pattern
 from .primitive import SITE_ATTR, CppInferred, graph_mode
-from .schema import inplace_variant, op_name, out_variant, resolve
+from .schema import inplace_variant, missing_meta_kernel, op_name, out_variant, resolve
 
 _UNSET = object()
 CPP_SHAPES = "cpp_infer_shape"  # the attribute by which MindSpore asks the C++ shape hook
@@ -267,6 +267,8 @@ def op(name: Any, **constants: Any) -> AtenOp | ValueDependentOp:
     GRAPH mode too (bounded.py); every other op is an AtenOp, an ops.Custom.
     """
     binding = Binding.build(resolve(op_name(name), constants), constants)
+    if (why := missing_meta_kernel(binding.schema)) is not None:
+        raise ShapeInferenceError(f"ms_aten.op: {why}")  # no route could size its outputs
     aten = AtenOp(binding, FakeInfer(binding))
     if torch.Tag.dynamic_output_shape in aten.infer.overload.tags:
         return ValueDependentOp(aten)  # GRAPH mode pads its outputs (bounded.py)

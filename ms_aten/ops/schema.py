@@ -217,3 +217,26 @@ def inplace_variant(schema: Schema) -> Schema | None:
                 and _has_cpu_kernel(candidate)):
             return candidate
     return None
+
+
+# Kernels that give an op's output shapes without its data: a Meta kernel (torch.library's
+# register_fake registers one), or a composite, which runs on meta tensors op by op.
+_SHAPE_KEYS = ("Meta", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+               "CompositeExplicitAutogradNonFunctional")
+
+
+def missing_meta_kernel(schema: Schema) -> str | None:
+    """Why an op from outside torch (a compiled extension, a torch.library op) cannot give its
+    output shapes before it runs: it has no Meta kernel or fake implementation; else None.
+    torch's own ops are not judged here (their Python meta functions and decompositions serve
+    too)."""
+    name = full_name(schema)
+    namespace, _, base = name.partition("::")
+    if namespace in ("aten", "prim", "prims") or not schema.returns or any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(name, key) for key in _SHAPE_KEYS):
+        return None
+    return (f"op '{name}' has no Meta kernel or fake implementation, so its output shapes "
+            f"cannot be known before it runs (MindSpore infers them ahead of the launch; "
+            f"torch.export traces on fake tensors). Register one: in C++, "
+            f"TORCH_LIBRARY_IMPL({namespace}, Meta, m) {{ m.impl(\"{base}\", my_meta_kernel); }}; "
+            f"or in Python, @torch.library.register_fake(\"{name}\")")

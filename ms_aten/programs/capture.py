@@ -1,4 +1,5 @@
-"""Capturing a torch module or function with torch.export, for the program route (program.py)."""
+"""Capturing a torch module or function with torch.export, for the program route (program.py),
+with the user's subgraph replacements applied (rewrite.py)."""
 from __future__ import annotations
 
 import inspect
@@ -6,8 +7,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import UnsupportedOperatorException
 from torch.export import ExportedProgram
 
+from ..ops.schema import missing_meta_kernel
+from . import rewrite
 from .program import CaptureError, Signature
 
 # torch.export's dynamic_shapes: one spec per input (a dict {dim: Dim}, a tuple of per-dim
@@ -15,11 +19,33 @@ from .program import CaptureError, Signature
 DynamicShapes = dict[str, Any] | tuple[Any, ...] | list[Any] | None
 
 
+class FunctionModule(torch.nn.Module):
+    """torch.export captures modules; this one calls a plain function."""
+
+    def __init__(self, fn: Callable) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
 def export(module: torch.nn.Module, example_inputs: tuple, name: str,
-           dynamic_shapes: DynamicShapes = None) -> ExportedProgram:
+           dynamic_shapes: DynamicShapes = None, replace: Sequence = ()) -> ExportedProgram:
     """torch.export of `module`, functionalized, with high-level ATen ops kept (an empty
     decomposition table keeps linear, layer_norm, scaled_dot_product_attention: their CPU
-    kernels are faster than their decompositions); CaptureError carries torch's reason."""
+    kernels are faster than their decompositions); CaptureError carries torch's reason. Each
+    (pattern, replacement) of `replace` is then applied in turn (rewrite.py), its pattern and
+    replacement captured the same way."""
+    exported = _export(module, example_inputs, name, dynamic_shapes)
+    if replace:
+        rewrite.apply(exported, replace, name,
+                      lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what))
+    return exported
+
+
+def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
+            dynamic_shapes: DynamicShapes = None) -> ExportedProgram:
     # A view as example input (tokens[:, :-1]) makes torch.export guard on its base's sizes,
     # which its own run_decompositions cannot evaluate once the sizes are symbolic.
     inputs = tuple(x.clone() if isinstance(x, torch.Tensor) and x._base is not None else x
@@ -31,8 +57,18 @@ def export(module: torch.nn.Module, example_inputs: tuple, name: str,
     except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
         text = str(error).strip()
         first = "\n".join(text.splitlines()[:3]) if text else ""
-        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: "
-                           f"{type(error).__name__}: {first}") from error
+        reason = _missing_meta_kernel(error) or f"{type(error).__name__}: {first}"
+        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {reason}") from error
+
+
+def _missing_meta_kernel(error: BaseException | None) -> str | None:
+    """What to register, when tracing failed on an op that has no Meta kernel (torch reports it
+    as UnsupportedOperatorException, maybe wrapped)."""
+    while error is not None:
+        if isinstance(error, UnsupportedOperatorException):
+            return missing_meta_kernel(error.func._schema)
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def input_names(fn: Callable, n: int) -> list[str]:

@@ -1,7 +1,7 @@
 """ms_aten.function: a torch function as one MindSpore primitive, one kernel launch per call."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -13,7 +13,15 @@ from ..ops.binding import SPEC_ATTR
 from ..ops.grad import with_arity
 from ..ops.infer import ShapeInferenceError, flatten_infer_args
 from ..ops.primitive import graph_mode, unique_id
-from .capture import DynamicShapes, dim_names, example_like, export, input_names, per_input
+from .capture import (
+    DynamicShapes,
+    FunctionModule,
+    dim_names,
+    example_like,
+    export,
+    input_names,
+    per_input,
+)
 from .program import (
     RNG_STATE_BYTES,
     Program,
@@ -245,21 +253,12 @@ class AtenFunction(_ProgramPrimitive):
         return _result(out_shapes, out_types)
 
 
-class _Wrapped(torch.nn.Module):
-    """torch.export captures modules; this one calls a plain function."""
-
-    def __init__(self, fn: Callable) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-
-def function(fn: Callable, example_inputs: tuple,
-             dynamic_shapes: DynamicShapes = None) -> AtenFunction:
+def function(fn: Callable, example_inputs: tuple, dynamic_shapes: DynamicShapes = None,
+             replace: Sequence = ()) -> AtenFunction:
     """`fn` (a callable over torch tensors: torch ops, torch.nn.functional, torch.library ops)
     as one MindSpore primitive, captured with torch.export on `example_inputs` (torch tensors).
+    `replace`: (pattern, replacement[, example_inputs]) tuples, applied at every capture
+    (rewrite.py); `op.program.replaced` counts the matches.
 
     Call it on MindSpore tensors in GRAPH (inside a Cell) or PYNATIVE mode; it returns a Tensor
     or a tuple, and is differentiable with respect to every floating input.
@@ -272,7 +271,7 @@ def function(fn: Callable, example_inputs: tuple,
             isinstance(x, torch.Tensor) for x in example_inputs):
         raise TypeError("ms_aten.function: example_inputs must be a tuple of torch tensors")
     name = getattr(fn, "__name__", type(fn).__name__)
-    module = _Wrapped(fn)
+    module = FunctionModule(fn)
     names = input_names(fn, len(example_inputs))
     try:
         specs = per_input(dynamic_shapes, names)
@@ -280,9 +279,11 @@ def function(fn: Callable, example_inputs: tuple,
         raise TypeError(f"ms_aten.function({name}): {error}") from None
 
     def capture(signature: Signature) -> Program:
-        return build(export(module, example_like(signature), name), name, input_names=names)
+        return build(export(module, example_like(signature), name, replace=replace), name,
+                     input_names=names)
 
-    # _Wrapped.forward takes `*args`, for which torch.export wants the specs as one tuple.
-    exported = export(module, example_inputs, name, None if specs is None else (tuple(specs),))
+    # FunctionModule.forward takes `*args`, for which torch.export wants the specs as one tuple.
+    exported = export(module, example_inputs, name, None if specs is None else (tuple(specs),),
+                      replace)
     return AtenFunction(build(exported, name, dim_names=dim_names(specs), input_names=names),
                         capture)

@@ -1,6 +1,8 @@
 """ms_aten.module: a torch.nn.Module as a MindSpore Cell whose weights are MindSpore Parameters."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
@@ -24,11 +26,13 @@ class TorchModule(nn.Cell):
 
     Captured with `dynamic_shapes` (torch.export's argument), one program serves every size its
     ranges allow, and the Cell declares the dynamic sizes to MindSpore (`set_inputs` with None
-    there), so GRAPH mode compiles it once too.
+    there), so GRAPH mode compiles it once too. `replace`: (pattern, replacement[,
+    example_inputs]) tuples applied at every capture (rewrite.py); `cell.program.replaced`
+    counts the matches.
     """
 
     def __init__(self, module: torch.nn.Module, example_inputs: tuple,
-                 dynamic_shapes: DynamicShapes = None):
+                 dynamic_shapes: DynamicShapes = None, replace: Sequence = ()):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ms_aten.module expects a torch.nn.Module, "
@@ -38,6 +42,7 @@ class TorchModule(nn.Cell):
             raise TypeError("ms_aten.module: example_inputs must be a tuple of torch tensors")
         self._torch_module = module
         self._example = example_inputs
+        self._replace = replace
         self._name = type(module).__name__
         self._input_names = input_names(module.forward, len(example_inputs))
         try:
@@ -71,7 +76,7 @@ class TorchModule(nn.Cell):
         specs = self._dynamic_shapes
         try:
             exported = export(module, example, self._name,
-                              None if specs is None else tuple(specs))
+                              None if specs is None else tuple(specs), self._replace)
         finally:
             module.train(was_training)
         return build(exported, self._name, self._weight_names, self._trainable, self._aliases,
@@ -135,8 +140,8 @@ class TorchModule(nn.Cell):
 
 
 def module(torch_module: torch.nn.Module, example_inputs: tuple,
-           dynamic_shapes: DynamicShapes = None) -> TorchModule:
+           dynamic_shapes: DynamicShapes = None, replace: Sequence = ()) -> TorchModule:
     """`torch_module` as a MindSpore Cell running its forward in one kernel launch; see
     TorchModule. dynamic_shapes: torch.export's argument (one spec per input, or a dict by the
     forward's argument names: `{"input_ids": {0: Dim("batch"), 1: Dim("seq", max=512)}}`)."""
-    return TorchModule(torch_module, example_inputs, dynamic_shapes)
+    return TorchModule(torch_module, example_inputs, dynamic_shapes, replace)

@@ -28,6 +28,8 @@ from . import symbolic
 ANY_SIGNATURE = "*"
 # Torch's CPU generator state, which the forward of a random program hands to its VJP.
 RNG_STATE_BYTES = torch.get_rng_state().numel()
+# The graph module's meta entry where rewrite.py leaves how many matches it replaced.
+REPLACED = "ms_aten_replaced"
 
 
 class CaptureError(RuntimeError):
@@ -95,6 +97,7 @@ class Program:
     mutations: tuple[str, ...]  # buffers the first len(mutations) outputs update, in order
     random: bool  # the forward has one more output, the RNG state its VJP replays
     n_nodes: int
+    replaced: int = 0  # subgraphs replace= put the user's replacement in place of (rewrite.py)
 
     @property
     def dynamic(self) -> bool:
@@ -403,7 +406,8 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
         signature=signature, input_names=names,
         output_shapes=tuple(shapes), output_dtypes=tuple(out_dtypes),
         mutations=tuple(mutations), random=builder.random,
-        n_nodes=sum(1 for line in builder.lines if line.startswith("n ")))
+        n_nodes=sum(1 for line in builder.lines if line.startswith("n ")),
+        replaced=exported.graph_module.meta.get(REPLACED, 0))
     return program
 
 

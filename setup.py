@@ -27,6 +27,7 @@ CXXFLAGS = ["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"]
 # apart (see MsAtenBuild).
 TORCH_SOURCES = ["boundary/entry.cpp", "boundary/ms_ext.cpp", "kernel.cpp", "view_cache.cpp",
                  "program/program.cpp", "program/family.cpp", "program/scalars.cpp",
+                 "program/saved.cpp",
                  "op/spec.cpp", "op/results.cpp", "op/grad.cpp", "op/infer.cpp", "op/bounded.cpp",
                  "device/cpu.cpp", "device/cuda.cpp", "device/npu.cpp"]
 

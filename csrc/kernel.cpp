@@ -84,7 +84,7 @@ void set_num_threads(int n) { g_num_threads.store(n < 0 ? 0 : n, std::memory_ord
 int num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
 
 void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-                    c10::Device device) const {
+                    c10::Device device, std::unique_ptr<SavedGraph>* slot) const {
   g_launches.fetch_add(1, std::memory_order_relaxed);
   if (!call_ && !program_ && !family_) throw std::runtime_error(error_);
   // OpenMP's thread count is a per-thread setting, and MindSpore launches kernels from its own
@@ -101,7 +101,11 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   auto tensors = views_.views(nparam, params, ndims, shapes, dtypes, device);
   std::vector<at::Tensor> inputs(tensors.begin(), tensors.begin() + n_in);
   std::vector<at::Tensor> outputs(tensors.begin() + n_in, tensors.end());
-  if (program) return program->run(inputs, outputs);
+  if (family_) return family_->run(*program, inputs, outputs, slot);
+  if (program) {
+    program->run(inputs, outputs, Program::Keep::kNothing, slot);
+    return;
+  }
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
   if (call_->kind() == SpecKind::kBounded) return run_bounded(*call_, inputs, outputs);
   if (uses_out()) {

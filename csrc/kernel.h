@@ -23,8 +23,10 @@ class Kernel {
   // Never throws: a spec that cannot be decoded yields a kernel that raises `error` at launch.
   static Kernel* create(const char* spec, const char* error) noexcept;
 
+  // `slot`: for a program's forward (kind tape), where it keeps its autograd graph; for its
+  // VJP, the graph to use (program/saved.h). Ignored by other kernels.
   void launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
-              c10::Device device) const;
+              c10::Device device, std::unique_ptr<SavedGraph>* slot = nullptr) const;
   const std::string& name() const { return name_; }
   // Whether launches write through the out= overload (false: none, or it proved unsound).
   bool uses_out() const { return out_ && !out_unsound_.load(std::memory_order_relaxed); }

@@ -19,15 +19,17 @@ from .ops.bounded import ValueDependentOp
 from .ops.constants import ConstantError
 from .ops.infer import ShapeInferenceError, ValueDependentError
 from .ops.op import AtenOp, op
-from .programs.function import AtenFunction, function
+from .programs.function import TorchFunction, function
 from .programs.module import TorchModule, module
+from .programs.primitive import AtenFunction
 from .programs.program import CaptureError
 
 _load_library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
 
 __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "ConstantError",
-           "ShapeInferenceError", "TorchModule", "ValueDependentError", "ValueDependentOp",
+           "ShapeInferenceError", "TorchFunction", "TorchModule", "ValueDependentError",
+           "ValueDependentOp",
            "__version__", "function",
            "get_num_threads", "launch_count", "module", "op", "set_num_threads", "to_ms",
            "to_torch"]

@@ -133,7 +133,7 @@ def test_function_replace_with_the_fused_kernel_in_every_capture(mode, ext):
         grads, runs = weighted_sum_grads(ext, op, (x,), weight, mode, grad_position=0)
         torch.testing.assert_close(grads[0], torch_grads(with_kernel, (x,), [weight])[0])
         assert runs == 2
-    assert [p.replaced for p in op.programs.values()] == [2, 2]
+    assert [p.replaced for p in op.primitive.programs.values()] == [2, 2]
 
 
 def test_op_without_a_meta_kernel_says_what_to_register(mode, ext):

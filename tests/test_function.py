@@ -75,7 +75,7 @@ def test_function_forward_and_gradients_match_torch(name, mode):
     torch.manual_seed(0)
     inputs = make()
     op = ms_aten.function(fn, inputs)
-    assert isinstance(op, ms.ops.Custom)
+    assert isinstance(op, ms_aten.TorchFunction) and isinstance(op.primitive, ms.ops.Custom)
     expected = fn(*inputs)
     assert_same(run(op, to_ms(inputs), mode), expected)
     set_mode(mode)
@@ -97,23 +97,30 @@ def test_quantize_is_one_launch(mode):
     assert ms_aten.launch_count() - before == 1
 
 
+@pytest.mark.parametrize("record", [True, False], ids=["kept_graph", "recompute"])
 @pytest.mark.parametrize("mode", list(MODES))
-def test_random_function_returns_the_rng_state_and_replays_it(mode):
+def test_random_function_draws_from_torch_and_its_backward_sees_the_mask(mode, record):
+    """Dropout draws from torch's CPU generator; the backward uses the forward's mask, from the
+    autograd graph the forward kept or, recomputing, by replaying the RNG state the primitive
+    outputs beside the graph's outputs (which the Cell does not return)."""
     def noisy(x, w):
         return F.dropout(x * w, 0.5, True)
 
     x, w = torch.randn(8, 8), torch.randn(8, 8)
     op = ms_aten.function(noisy, (x, w))
+    primitive = ms_aten.AtenFunction(op.program, record=record)
     set_mode(mode)
-    cell = OpCell(op)
     torch.manual_seed(3)
-    out, state = cell(*to_ms((x, w)))
+    out, state, _ = OpCell(primitive)(*to_ms((x, w)))
     out = out.asnumpy()  # MindSpore runs asynchronously: finish before reseeding torch
     torch.manual_seed(3)
     assert torch.equal(to_torch(state), torch.get_rng_state())
     np.testing.assert_allclose(out, noisy(x, w).numpy(), rtol=1e-6)
-    torch.manual_seed(3)  # the same mask again; the backward must replay it
-    grad = ms.grad(GradCell(op, 1, returns_tuple=True), grad_position=1)(*to_ms((x, w)))
+    torch.manual_seed(3)
+    np.testing.assert_allclose(op(*to_ms((x, w))).asnumpy(), out, rtol=1e-6)  # the Cell: outputs
+    torch.manual_seed(3)  # the same mask again; the backward must see it
+    grad = ms.grad(GradCell(ms_aten.TorchFunction(primitive), 1), grad_position=1)(
+        *to_ms((x, w)))
     # out = mask * x * w / 0.5, so d/dw sum(out^2) = 2 out * mask x / 0.5 = 4 out x
     np.testing.assert_allclose(grad.asnumpy(), 4 * out * x.numpy(), rtol=1e-5, atol=1e-6)
 
@@ -197,13 +204,14 @@ def test_one_kernel_runs_the_capture_registered_for_its_inputs():
     """The library side of recapture (csrc/program/family.h), through the C API: one kernel
     runs each signature's program, switching back and forth, and inputs nobody captured are
     an error naming them, not a crash."""
-    op = ms_aten.function(lambda x: x * 2 + 1, (torch.zeros(2, 3),))
-    op.program_for(Signature(((4,),), (torch.float32,)))  # as a call with a [4] input would
-    with BridgeKernel(op.attrs["ms_aten_spec"]) as kernel:
+    primitive = ms_aten.function(lambda x: x * 2 + 1, (torch.zeros(2, 3),)).primitive
+    primitive.program_for(Signature(((4,),), (torch.float32,)))  # as a call with a [4] input
+    with BridgeKernel(primitive.attrs["ms_aten_spec"]) as kernel:
         for shape in ((2, 3), (4,), (2, 3)):
             x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-            out = np.zeros_like(x)
-            assert kernel.launch([x, out]) == ""
+            out, handle = np.zeros_like(x), np.zeros(1, np.int64)
+            assert kernel.launch([x, out, handle]) == ""
             np.testing.assert_allclose(out, x * 2 + 1, rtol=1e-6)
         x = np.zeros(5, np.float32)
-        assert "no program was captured for inputs (float32[5])" in kernel.launch([x, x.copy()])
+        assert "no program was captured for inputs (float32[5])" in kernel.launch(
+            [x, x.copy(), handle])

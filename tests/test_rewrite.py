@@ -49,8 +49,8 @@ def test_other_input_shapes_are_captured_again_with_the_replacements(mode):
     op = replaced_function(two_quantizes)
     for x in (randn(3, 5) * 8, X):
         assert_same(run(op, to_ms((x,)), mode), two_quantizes(x))
-    assert len(op.programs) == 2
-    assert [p.replaced for p in op.programs.values()] == [2, 2]
+    assert len(op.primitive.programs) == 2
+    assert [p.replaced for p in op.primitive.programs.values()] == [2, 2]
 
 
 def test_a_pattern_with_two_outputs():

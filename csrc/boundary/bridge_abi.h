@@ -29,6 +29,16 @@ MS_ATEN_C_API const char* ms_aten_kernel_error(const void* kernel);
 MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params, int* ndims,
                                         int64_t** shapes, const char** dtypes, char* error,
                                         size_t error_size);
+// The same for a program's kernels, with the autograd graph a forward keeps for its VJP
+// (csrc/program/saved.h): a forward of kind tape stores it into *saved (the caller owns it, and
+// frees it with ms_aten_saved_free); a VJP given a non-NULL *saved uses it and sets *saved to
+// NULL. Other kernels leave *saved as it is.
+MS_ATEN_C_API int ms_aten_kernel_launch_saved(void* kernel, int nparam, void** params, int* ndims,
+                                              int64_t** shapes, const char** dtypes, void** saved,
+                                              char* error, size_t error_size);
+MS_ATEN_C_API void ms_aten_saved_free(void* saved);
+// How many graphs program forwards have parked for a VJP that has not taken them yet.
+MS_ATEN_C_API int64_t ms_aten_parked_graphs(void);
 // 1 if the kernel's launches write through its out= overload, 0 if they take the functional one
 // (it has none, or the out= overload proved unsound), -1 for NULL.
 MS_ATEN_C_API int ms_aten_kernel_uses_out(const void* kernel);

@@ -13,6 +13,7 @@
 #include "kernel.h"
 #include "op/infer.h"
 #include "program/family.h"
+#include "program/saved.h"
 
 namespace {
 
@@ -178,6 +179,29 @@ MS_ATEN_C_API int ms_aten_kernel_launch(void* kernel, int nparam, void** params,
   if (message.empty()) return 0;
   copy_message(message, error, error_size);
   return 1;
+}
+
+MS_ATEN_C_API int ms_aten_kernel_launch_saved(void* kernel, int nparam, void** params, int* ndims,
+                                              int64_t** shapes, const char** dtypes, void** saved,
+                                              char* error, size_t error_size) {
+  const auto* k = static_cast<const ms_aten::Kernel*>(kernel);
+  std::unique_ptr<ms_aten::SavedGraph> slot(static_cast<ms_aten::SavedGraph*>(*saved));
+  *saved = nullptr;
+  const std::string message = failure_of(kernel_name(k), [&] {
+    checked(k).launch(nparam, params, ndims, shapes, dtypes, c10::kCPU, &slot);
+  });
+  *saved = slot.release();
+  if (message.empty()) return 0;
+  copy_message(message, error, error_size);
+  return 1;
+}
+
+MS_ATEN_C_API void ms_aten_saved_free(void* saved) {
+  delete static_cast<ms_aten::SavedGraph*>(saved);
+}
+
+MS_ATEN_C_API int64_t ms_aten_parked_graphs() {
+  return static_cast<int64_t>(ms_aten::parked_count());
 }
 
 // Multi-output ops get entry points of their own: MindSpore chooses the return type of

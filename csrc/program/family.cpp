@@ -1,5 +1,7 @@
 #include "program/family.h"
 
+#include <algorithm>
+#include <iterator>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -58,14 +60,51 @@ std::string signature_key(int count, const int* ndims, const int64_t* const* sha
   return key;
 }
 
+ProgramFamily::~ProgramFamily() {
+  if (last_handle_ != 0) drop(last_handle_);
+  if (kernel_id_ != 0) forget_kernel(kernel_id_);
+}
+
+void ProgramFamily::run(const Program& program, const std::vector<at::Tensor>& inputs,
+                        const std::vector<at::Tensor>& outputs,
+                        std::unique_ptr<SavedGraph>* slot) const {
+  if (kind_ == "tape") {
+    program.run(inputs, outputs, slot ? Program::Keep::kSlot : Program::Keep::kNothing, slot);
+    return;
+  }
+  if (kind_ != "record") {
+    program.run(inputs, outputs, Program::Keep::kNothing, slot);
+    return;
+  }
+  bool recording = false;
+  {
+    std::lock_guard<std::mutex> lock(record_mutex_);
+    // A graph still parked from this kernel's last launch was not taken: no backward follows
+    // this kernel (MindSpore pruned it), so it stops recording.
+    if (last_handle_ != 0 && drop(last_handle_)) recording_ = false;
+    last_handle_ = 0;
+    recording = recording_ && has_backward(kernel_id_);
+  }
+  const int64_t handle =
+      program.run(inputs, outputs, recording ? Program::Keep::kPark : Program::Keep::kNothing);
+  // Nothing kept: the VJP, if one follows, recomputes, and learns that it follows this kernel.
+  if (handle == 0) outputs.back().fill_(-kernel_id_);
+  std::lock_guard<std::mutex> lock(record_mutex_);
+  last_handle_ = handle;
+}
+
 ProgramFamily::ProgramFamily(const std::string& spec) {
   const auto parts = split(spec, ' ');
-  if (parts.size() != 6 || parts[0] != "family" ||
-      (parts[1] != "call" && parts[1] != "vjp" && parts[1] != "vjp2")) {
-    throw std::invalid_argument("malformed program family spec '" + spec.substr(0, 200) +
-                                "': expected 'family <call|vjp|vjp2> <name> <id> <first> <count>'");
+  static const char* const kKinds[] = {"call", "record", "tape", "vjp", "vjp2"};
+  const bool known = parts.size() == 6 && parts[0] == "family" &&
+                     std::find(std::begin(kKinds), std::end(kKinds), parts[1]) != std::end(kKinds);
+  if (!known) {
+    throw std::invalid_argument(
+        "malformed program family spec '" + spec.substr(0, 200) +
+        "': expected 'family <call|record|tape|vjp|vjp2> <name> <id> <first> <count>'");
   }
   kind_ = parts[1];
+  if (kind_ == "record") kernel_id_ = new_kernel_id();
   name_ = unescape(parts[2]);
   id_ = parts[3];
   first_ = static_cast<int>(to_int(parts[4]));
@@ -82,7 +121,7 @@ std::shared_ptr<const Program> ProgramFamily::find(const std::string& key) const
   if (captured == family->second.end()) captured = family->second.find(key);
   if (captured == family->second.end()) return nullptr;
   const Captured& c = captured->second;
-  return kind_ == "call" ? c.call : kind_ == "vjp" ? c.vjp : c.vjp2;
+  return kind_ == "vjp" ? c.vjp : kind_ == "vjp2" ? c.vjp2 : c.call;
 }
 
 std::shared_ptr<const Program> ProgramFamily::select(int nparam, const int* ndims,
@@ -112,7 +151,7 @@ std::vector<std::vector<int64_t>> ProgramFamily::infer_shapes(const int* ndims,
   const int n_inputs = program->inputs();
   std::vector<std::vector<int64_t>> input_shapes;
   for (int i = 0; i < n_inputs; ++i) input_shapes.emplace_back(shapes[i], shapes[i] + ndims[i]);
-  if (kind_ == "call") return program->infer_shapes(input_shapes, check);
+  if (kind_ != "vjp" && kind_ != "vjp2") return program->infer_shapes(input_shapes, check);
   // A backward returns one gradient per input it differentiates (vjp: the program's inputs;
   // vjp2: those and the output gradients), each shaped like it: a prefix of its own inputs.
   const size_t n_results = kind_ == "vjp" ? n_inputs : n_inputs + program->outputs();

@@ -7,9 +7,17 @@
 // A capture with dynamic shapes (torch.export's dynamic_shapes) serves every input signature:
 // it is registered under the key "*", and its family holds no other.
 //
-// Spec: family <call|vjp|vjp2> <%-escaped name> <id> <first> <count>
+// Spec: family <kind> <%-escaped name> <id> <first> <count>
 //   the launch's inputs [first, first + count) are the user inputs that select the program
-//   (the weights before them keep their shapes).
+//   (the weights before them keep their shapes). The kinds (program.h, saved.h):
+//     call    the forward, keeping nothing (inference)
+//     record  the forward, parking its autograd graph for the VJP under the handle it
+//             outputs, once a VJP has received this kernel's handle (saved.h); a graph nobody
+//             took by its next launch is dropped, and the kernel records no more
+//     tape    the forward, keeping its graph in the caller's slot (the PYNATIVE fast path,
+//             whose autograd node owns it); without a slot it keeps nothing
+//     vjp     the backward: the kept graph, or a recompute
+//     vjp2    the backward's own backward (recomputes)
 #pragma once
 
 #include <memory>
@@ -39,9 +47,14 @@ class ProgramFamily {
   explicit ProgramFamily(const std::string& spec);
 
   const std::string& name() const { return name_; }
+  ~ProgramFamily();
+
   // The program registered for a launch's inputs; throws if there is none.
   std::shared_ptr<const Program> select(int nparam, const int* ndims, const int64_t* const* shapes,
                                         const char* const* dtypes) const;
+  // Runs `program` (from select) as this kernel's kind says (the kinds above).
+  void run(const Program& program, const std::vector<at::Tensor>& inputs,
+           const std::vector<at::Tensor>& outputs, std::unique_ptr<SavedGraph>* slot) const;
   // The output shapes of a launch on inputs of these shapes (MindSpore's C++ shape hook: -1 for
   // a size it does not know yet). Only a capture with dynamic shapes carries them; a static
   // family's shapes come from Python. A backward's gradients take their inputs' shapes.
@@ -62,6 +75,11 @@ class ProgramFamily {
   mutable std::mutex mutex_;
   mutable std::string last_key_;
   mutable std::shared_ptr<const Program> last_;
+  // A record kernel: the handle of the graph it parked last, and whether it still records.
+  mutable std::mutex record_mutex_;
+  mutable int64_t last_handle_ = 0;
+  mutable bool recording_ = true;
+  int64_t kernel_id_ = 0;  // this kernel's id (saved.h), for a record kernel
 };
 
 }  // namespace ms_aten

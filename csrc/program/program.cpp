@@ -273,7 +273,8 @@ Program::Program(const std::string& spec) {
 }
 
 int Program::input_count(int /*nparam*/) const {
-  const int first_order = n_inputs_ + static_cast<int>(outputs_.size()) + (rng_ ? 1 : 0);
+  // The vjp's inputs: the program's, a gradient per output, the RNG state, the handle.
+  const int first_order = n_inputs_ + static_cast<int>(outputs_.size()) + (rng_ ? 1 : 0) + 1;
   switch (kind_) {
     case Kind::kCall: return n_inputs_;
     case Kind::kVjp: return first_order;
@@ -282,13 +283,14 @@ int Program::input_count(int /*nparam*/) const {
   return n_inputs_;
 }
 
-void Program::run(const std::vector<at::Tensor>& inputs,
-                  const std::vector<at::Tensor>& outputs) const {
+int64_t Program::run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                     Keep keep, std::unique_ptr<SavedGraph>* slot) const {
   switch (kind_) {
-    case Kind::kCall: return forward(inputs, outputs);
-    case Kind::kVjp: return vjp(inputs, outputs);
-    case Kind::kVjp2: return vjp2(inputs, outputs);
+    case Kind::kCall: return forward(inputs, outputs, keep, slot);
+    case Kind::kVjp: vjp(inputs, outputs, slot); return 0;
+    case Kind::kVjp2: vjp2(inputs, outputs); return 0;
   }
+  return 0;
 }
 
 namespace {
@@ -396,73 +398,124 @@ std::vector<std::vector<int64_t>> Program::infer_shapes(
     }
     shapes.push_back(std::move(sizes));
   }
-  if (rng_) {  // the forward's last output: torch's CPU generator state
+  if (rng_) {  // torch's CPU generator state
     static const int64_t state_bytes = at::detail::getDefaultCPUGenerator().get_state().numel();
     shapes.push_back({state_bytes});
   }
+  shapes.push_back({1});  // the handle of the graph it kept (program/saved.h)
   return shapes;
 }
 
-void Program::forward(const std::vector<at::Tensor>& inputs,
-                      const std::vector<at::Tensor>& outputs) const {
+int64_t Program::forward(const std::vector<at::Tensor>& inputs,
+                         const std::vector<at::Tensor>& outputs, Keep keep,
+                         std::unique_ptr<SavedGraph>* slot) const {
   const size_t n_out = outputs_.size();
-  if (inputs.size() != static_cast<size_t>(n_inputs_) || outputs.size() != n_out + rng_) {
-    throw std::invalid_argument(c10::str("expects ", n_inputs_, " inputs and ", n_out + rng_,
+  if (inputs.size() != static_cast<size_t>(n_inputs_) || outputs.size() != n_out + rng_ + 1) {
+    throw std::invalid_argument(c10::str("expects ", n_inputs_, " inputs and ", n_out + rng_ + 1,
                                          " outputs, got ", inputs.size(), " and ", outputs.size()));
   }
-  c10::InferenceMode guard;
-  if (rng_) {
+  const at::Tensor& handle = outputs.back();
+  if (rng_) {  // for a VJP that recomputes (one that finds no kept graph)
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());
     copy_into_output(outputs[n_out], generator.get_state(), n_out);
   }
-  std::vector<c10::IValue> values = table(inputs);
-  evaluate(values, 0, nodes_.size());
-  for (size_t k = 0; k < n_out; ++k) copy_into_output(outputs[k], output(values, k), k);
-}
-
-// The route: recompute the forward under autograd on the saved inputs, then one backward over
-// the whole graph. Nothing is kept between the two kernels, so a forward whose backward never
-// runs (inference) costs no memory; the price is a second forward. Each leaf's .grad is
-// MindSpore's (zeroed) output buffer, so autograd accumulates into it in place and frees every
-// gradient as soon as it lands, where torch::autograd::grad would hold them all, then copy.
-void Program::vjp(const std::vector<at::Tensor>& inputs,
-                  const std::vector<at::Tensor>& outputs) const {
-  const size_t n_out = outputs_.size();
-  if (inputs.size() != n_inputs_ + n_out + rng_ ||
-      outputs.size() != static_cast<size_t>(n_inputs_)) {
-    throw std::invalid_argument(c10::str("the backward expects ", n_inputs_ + n_out + rng_,
-                                         " inputs and ", n_inputs_, " outputs, got ", inputs.size(),
-                                         " and ", outputs.size()));
+  if (keep == Keep::kNothing) {
+    c10::InferenceMode guard;
+    std::vector<c10::IValue> values = table(inputs);
+    evaluate(values, 0, nodes_.size());
+    for (size_t k = 0; k < n_out; ++k) copy_into_output(outputs[k], output(values, k), k);
+    handle.fill_(0);
+    return 0;
   }
+  // Under autograd, as torch eager runs a module whose backward will follow: its graph is the
+  // VJP's, which then runs no second forward.
   c10::AutoGradMode grad_mode(true);
-  auto [values, wrt, wrt_index] = recompute(inputs, outputs);
-  if (wrt.empty()) return;
-  for (size_t k = 0; k < wrt.size(); ++k) wrt[k].mutable_grad() = outputs[wrt_index[k]];
-  std::vector<at::Tensor> ys;
-  std::vector<at::Tensor> dys;
-  for (size_t k = 0; k < n_out; ++k) {
-    const at::Tensor& y = output(values, k);
-    if (y.requires_grad()) {
-      ys.push_back(y);
-      dys.push_back(inputs[n_inputs_ + k]);
+  Recomputed r = leaves(inputs);
+  evaluate(r.values, 0, nodes_.size());
+  auto graph = std::make_unique<SavedGraph>();
+  for (size_t k = 0; k < n_out; ++k) graph->outputs.push_back(output(r.values, k));
+  {
+    at::NoGradGuard no_grad;  // MindSpore's buffers are not part of the graph
+    for (size_t k = 0; k < n_out; ++k) copy_into_output(outputs[k], graph->outputs[k], k);
+  }
+  int64_t id = 0;
+  if (!r.wrt.empty()) {  // else nothing is differentiable: the VJP writes zeros
+    graph->leaves = std::move(r.wrt);
+    graph->leaf_index = std::move(r.wrt_index);
+    if (keep == Keep::kPark) {
+      id = park(std::move(graph));
+    } else if (slot != nullptr) {
+      *slot = std::move(graph);
     }
   }
-  if (ys.empty()) return;  // no output depends on a differentiable input: all zeros
-  torch::autograd::backward(ys, dys, /*retain_graph=*/false, /*create_graph=*/false, wrt);
+  handle.fill_(id);
+  return id;
+}
+
+// The backward, in one launch. With the graph its forward kept (program/saved.h) it is one
+// backward pass; without one (the forward did not record, or this is the recompute fallback)
+// it recomputes the forward under autograd on the saved inputs first, which costs a second
+// forward but no memory between the two kernels. Each leaf's .grad is MindSpore's (zeroed)
+// output buffer, so autograd accumulates into it in place and frees every gradient as soon as
+// it lands, where torch::autograd::grad would hold them all, then copy.
+void Program::vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                  std::unique_ptr<SavedGraph>* slot) const {
+  const size_t n_out = outputs_.size();
+  const size_t n_in = n_inputs_ + n_out + rng_ + 1;
+  if (inputs.size() != n_in || outputs.size() != static_cast<size_t>(n_inputs_)) {
+    throw std::invalid_argument(c10::str("the backward expects ", n_in, " inputs and ", n_inputs_,
+                                         " outputs, got ", inputs.size(), " and ", outputs.size()));
+  }
+  std::unique_ptr<SavedGraph> graph;
+  if (slot != nullptr && *slot) {
+    graph = std::move(*slot);
+  } else if (const int64_t handle = inputs.back().item<int64_t>(); handle > 0) {
+    graph = take(handle);
+  } else if (handle < 0) {  // its forward kernel kept nothing, but will from now on (saved.h)
+    mark_backward(-handle);
+  }
+  c10::AutoGradMode grad_mode(true);
+  if (graph) {
+    for (const auto& out : outputs) out.zero_();
+    backward_into(graph->outputs, inputs, graph->leaves, graph->leaf_index, outputs);
+    return;
+  }
+  auto [values, wrt, wrt_index] = recompute(inputs, outputs);
+  if (wrt.empty()) return;
+  std::vector<at::Tensor> ys;
+  for (size_t k = 0; k < n_out; ++k) ys.push_back(output(values, k));
+  backward_into(ys, inputs, wrt, wrt_index, outputs);
+}
+
+void Program::backward_into(const std::vector<at::Tensor>& ys,
+                            const std::vector<at::Tensor>& inputs,
+                            const std::vector<at::Tensor>& leaves,
+                            const std::vector<size_t>& leaf_index,
+                            const std::vector<at::Tensor>& outputs) const {
+  std::vector<at::Tensor> wrt = leaves;
+  for (size_t k = 0; k < wrt.size(); ++k) wrt[k].mutable_grad() = outputs[leaf_index[k]];
+  std::vector<at::Tensor> roots;
+  std::vector<at::Tensor> grads;
+  for (size_t k = 0; k < ys.size(); ++k) {
+    if (ys[k].requires_grad()) {
+      roots.push_back(ys[k]);
+      grads.push_back(inputs[n_inputs_ + k]);
+    }
+  }
+  if (roots.empty()) return;  // no output depends on a differentiable input: all zeros
+  torch::autograd::backward(roots, grads, /*retain_graph=*/false, /*create_graph=*/false, wrt);
   // AccumulateGrad adds in place into a defined .grad when grad mode is off; should it ever
   // replace the tensor instead, the result is copied.
   for (size_t k = 0; k < wrt.size(); ++k) {
     const at::Tensor& grad = wrt[k].grad();
-    const at::Tensor& out = outputs[wrt_index[k]];
-    if (grad.defined() && !grad.is_same(out)) copy_into_output(out, grad, wrt_index[k]);
+    const at::Tensor& out = outputs[leaf_index[k]];
+    if (grad.defined() && !grad.is_same(out)) copy_into_output(out, grad, leaf_index[k]);
   }
 }
 
-Program::Recomputed Program::recompute(const std::vector<at::Tensor>& inputs,
-                                       const std::vector<at::Tensor>& outputs) const {
-  for (const auto& out : outputs) out.zero_();
-  Recomputed r{constants_, {}, {}};
+Program::Recomputed Program::leaves(const std::vector<at::Tensor>& inputs) const {
+  Recomputed r{table(inputs), {}, {}};
   for (int i = 0; i < n_inputs_; ++i) {
     at::Tensor leaf = inputs[i].detach();
     if (differentiate_[i] &&
@@ -473,6 +526,13 @@ Program::Recomputed Program::recompute(const std::vector<at::Tensor>& inputs,
     }
     r.values[i] = leaf;
   }
+  return r;
+}
+
+Program::Recomputed Program::recompute(const std::vector<at::Tensor>& inputs,
+                                       const std::vector<at::Tensor>& outputs) const {
+  for (const auto& out : outputs) out.zero_();
+  Recomputed r = leaves(inputs);
   if (r.wrt.empty()) return r;
   std::optional<RngReplay> replay;
   if (rng_) replay.emplace(inputs[n_inputs_ + outputs_.size()]);
@@ -487,7 +547,7 @@ Program::Recomputed Program::recompute(const std::vector<at::Tensor>& inputs,
 void Program::vjp2(const std::vector<at::Tensor>& inputs,
                    const std::vector<at::Tensor>& outputs) const {
   const size_t n_out = outputs_.size();
-  const size_t first_cotangent = n_inputs_ + n_out + rng_;
+  const size_t first_cotangent = n_inputs_ + n_out + rng_ + 1;  // after the handle
   if (inputs.size() != first_cotangent + n_inputs_ || outputs.size() != n_inputs_ + n_out) {
     throw std::invalid_argument(
         c10::str("the second-order backward expects ", first_cotangent + n_inputs_, " inputs and ",

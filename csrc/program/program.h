@@ -24,13 +24,15 @@
 // prologue, depend on the inputs' sizes alone: shape inference evaluates them (infer_shapes),
 // and a launch runs them first, so a size outside its range fails before any op runs.
 // MindSpore's buffers, in order:
-//   call: inputs, then one buffer per output, then the RNG state (rng = 1);
-//   vjp:  inputs, one gradient per output, the RNG state (rng = 1); then one gradient per input;
+//   call: inputs, then one buffer per output, the RNG state (rng = 1), the handle (int64 [1]);
+//   vjp:  inputs, one gradient per output, the RNG state (rng = 1), the handle; then one
+//         gradient per input;
 //   vjp2: the vjp's inputs, one cotangent per gradient the vjp returns; then one gradient per
 //         input and one per output gradient (the second order: the vjp differentiated).
-// With rng = 1 the forward records torch's CPU generator state before it runs, and the VJP,
-// which recomputes the forward under autograd, replays it: dropout's backward sees the
-// forward's mask.
+// The VJP takes the autograd graph its forward kept (program/saved.h), found by the handle or
+// handed over in a slot, and runs one backward pass. Without one it recomputes the forward
+// under autograd: with rng = 1 the forward records torch's CPU generator state before it runs,
+// and the recompute replays it, so dropout's backward sees the forward's mask.
 #pragma once
 
 #include <memory>
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "op/spec.h"
+#include "program/saved.h"
 #include "program/scalars.h"
 
 namespace ms_aten {
@@ -51,8 +54,13 @@ class Program {
   int outputs() const { return static_cast<int>(outputs_.size()); }
   // The number of MindSpore inputs of a launch with `nparam` buffers.
   int input_count(int nparam) const;
-  // The forward, the VJP or its own VJP, as the spec's kind says.
-  void run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
+  // How a forward keeps its autograd graph for the VJP: not at all (inference), parked in the
+  // table under the handle it writes into its last output, or in the caller's slot.
+  enum class Keep { kNothing, kPark, kSlot };
+  // The forward, the VJP or its own VJP, as the spec's kind says; returns the forward's handle
+  // (0 when it parked nothing). A VJP takes the graph in `slot` if it holds one.
+  int64_t run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+              Keep keep = Keep::kNothing, std::unique_ptr<SavedGraph>* slot = nullptr) const;
   // The forward's output shapes for inputs of these shapes (-1: a size not known yet, which
   // makes every size computed from it -1), the RNG state's included; the prologue's checks run
   // on the sizes known.
@@ -83,8 +91,10 @@ class Program {
     int64_t constant = 0;
   };
 
-  void forward(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
-  void vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
+  int64_t forward(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                  Keep keep, std::unique_ptr<SavedGraph>* slot) const;
+  void vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+           std::unique_ptr<SavedGraph>* slot) const;
   void vjp2(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) const;
   // What a backward recomputes: the value table (outputs included) and the differentiable
   // inputs, leaves that require grad, with their input indices.
@@ -93,11 +103,18 @@ class Program {
     std::vector<at::Tensor> wrt;
     std::vector<size_t> wrt_index;
   };
+  // The table with the inputs in place, the differentiable ones as leaves that require grad.
+  Recomputed leaves(const std::vector<at::Tensor>& inputs) const;
   // Zeroes the backward's `outputs` (what nothing depends on stays zero), then runs the forward
   // again under autograd (grad mode on, the RNG state replayed); runs nothing when no input is
   // differentiable (wrt empty).
   Recomputed recompute(const std::vector<at::Tensor>& inputs,
                        const std::vector<at::Tensor>& outputs) const;
+  // One backward pass from the program's outputs `ys` (the VJP's incoming gradients are its
+  // inputs after the program's) into the gradient buffers of the leaves.
+  void backward_into(const std::vector<at::Tensor>& ys, const std::vector<at::Tensor>& inputs,
+                     const std::vector<at::Tensor>& leaves, const std::vector<size_t>& leaf_index,
+                     const std::vector<at::Tensor>& outputs) const;
   // Runs nodes [first, last) on `values` (inputs and constants set), leaving their results in it;
   // without `check`, the checks are skipped.
   void evaluate(std::vector<c10::IValue>& values, size_t first, size_t last,

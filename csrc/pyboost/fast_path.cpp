@@ -13,6 +13,10 @@
 //   Outputs(shapes, dtypes, single)     the output tensors of one call: shapes, dtype names
 //   run(forward, vjp, inputs, outputs)  -> Tensor (single) or tuple of Tensors
 //   adopt(vjp, inputs, outputs, single) -> the same, for outputs computed already
+//   run_program(call, tape, vjp, inputs, outputs, n_states)
+//                                       a whole program (csrc/program/program.h): `call`
+//                                       without autograd, else `tape`, which keeps its autograd
+//                                       graph for `vjp` in a slot the autograd node owns
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -100,7 +104,10 @@ class Kernel {
   // Runs in MindSpore's device task (see AtenRunner) once every buffer is allocated. Throws
   // std::runtime_error with libms_aten's message ("ms_aten: <op>: <reason>"); MindSpore
   // re-raises it in Python at the next sync point, as it does for its own kernels.
-  void launch(const std::vector<ms::Tensor>& inputs, const std::vector<ms::Tensor>& outputs) const {
+  // `saved`: a program's kept autograd graph (csrc/program/saved.h), which a forward of kind
+  // tape fills and its VJP takes; nullptr for every other kernel.
+  void launch(const std::vector<ms::Tensor>& inputs, const std::vector<ms::Tensor>& outputs,
+              void** saved = nullptr) const {
     const size_t n = inputs.size() + outputs.size();
     std::vector<void*> params;
     std::vector<int> ndims;
@@ -120,10 +127,14 @@ class Kernel {
       }
     }
     char error[4096];
-    if (ms_aten_kernel_launch(handle_, static_cast<int>(n), params.data(), ndims.data(),
-                              shapes.data(), dtypes.data(), error, sizeof(error)) != 0) {
-      throw std::runtime_error(error);
-    }
+    const int status =
+        saved == nullptr
+            ? ms_aten_kernel_launch(handle_, static_cast<int>(n), params.data(), ndims.data(),
+                                    shapes.data(), dtypes.data(), error, sizeof(error))
+            : ms_aten_kernel_launch_saved(handle_, static_cast<int>(n), params.data(), ndims.data(),
+                                          shapes.data(), dtypes.data(), saved, error,
+                                          sizeof(error));
+    if (status != 0) throw std::runtime_error(error);
   }
 
  private:
@@ -154,11 +165,28 @@ struct Outputs {
 };
 using OutputsPtr = std::shared_ptr<const Outputs>;
 
+// A program's kept autograd graph between its forward and its VJP: the autograd node owns it,
+// so the graph goes when the node goes, whether or not the backward ran.
+class SavedSlot {
+ public:
+  SavedSlot() = default;
+  ~SavedSlot() { ms_aten_saved_free(graph_); }
+  SavedSlot(const SavedSlot&) = delete;
+  SavedSlot& operator=(const SavedSlot&) = delete;
+  void** get() { return &graph_; }
+
+ private:
+  void* graph_ = nullptr;
+};
+using SlotPtr = std::shared_ptr<SavedSlot>;
+
 class AtenRunner final : public ms::pynative::PyboostRunner {
  public:
-  explicit AtenRunner(KernelPtr kernel)
-      : PyboostRunner(kernel->name()), kernel_(std::move(kernel)) {}
-  void LaunchKernel() override { kernel_->launch(inputs(), outputs()); }
+  AtenRunner(KernelPtr kernel, SlotPtr slot)
+      : PyboostRunner(kernel->name()), kernel_(std::move(kernel)), slot_(std::move(slot)) {}
+  void LaunchKernel() override {
+    kernel_->launch(inputs(), outputs(), slot_ ? slot_->get() : nullptr);
+  }
 
  protected:
   // Launch inside the device task, right after the buffers are allocated. The default queues
@@ -169,12 +197,13 @@ class AtenRunner final : public ms::pynative::PyboostRunner {
 
  private:
   KernelPtr kernel_;
+  SlotPtr slot_;
 };
 
 // Allocates the outputs and queues the kernel (memory, then launch) in MindSpore's pipeline.
 std::vector<ms::Tensor> launch(const KernelPtr& kernel, const std::vector<ms::Tensor>& inputs,
                                const std::vector<mindspore::ShapeVector>& shapes,
-                               const std::vector<TypeId>& types) {
+                               const std::vector<TypeId>& types, const SlotPtr& slot = nullptr) {
   // libms_aten reads dense buffers, but a PyNative view (transpose, ...) arrives strided and
   // PyboostRunner::Run does not copy it: queue MindSpore's own contiguous op first.
   std::vector<ms::Tensor> dense;
@@ -183,7 +212,7 @@ std::vector<ms::Tensor> launch(const KernelPtr& kernel, const std::vector<ms::Te
   std::vector<ms::Tensor> outputs;
   outputs.reserve(shapes.size());
   for (size_t i = 0; i < shapes.size(); ++i) outputs.emplace_back(types[i], shapes[i]);
-  std::make_shared<AtenRunner>(kernel)->Run(dense, outputs);
+  std::make_shared<AtenRunner>(kernel, slot)->Run(dense, outputs);
   return outputs;
 }
 
@@ -199,19 +228,26 @@ TensorPtrList tensor_ptrs(const std::vector<ms::Tensor>& tensors) {
 // MS_DECLARE_PARENT names this helper unqualified.
 using mindspore::ConstStringHash;
 
-// Carries the VJP kernel from the forward to the backward through AutogradContext::saved_data,
-// the only per-node storage MindSpore's Function interface gives a static Backward.
-class KernelValue final : public mindspore::Value {
+// Carries what the backward needs from the forward through AutogradContext::saved_data, the
+// only per-node storage MindSpore's Function interface gives a static Backward: the VJP kernel,
+// how many of the forward's last outputs it takes as they are (a program's states: the RNG
+// state, the kept graph's handle), and a program's kept graph.
+class BackwardValue final : public mindspore::Value {
  public:
-  explicit KernelValue(KernelPtr kernel) : kernel_(std::move(kernel)) {}
-  MS_DECLARE_PARENT(KernelValue, Value)
+  BackwardValue(KernelPtr vjp, size_t n_states, SlotPtr slot)
+      : vjp_(std::move(vjp)), n_states_(n_states), slot_(std::move(slot)) {}
+  MS_DECLARE_PARENT(BackwardValue, Value)
   bool operator==(const mindspore::Value& other) const override { return this == &other; }
-  const KernelPtr& kernel() const { return kernel_; }
+  const KernelPtr& vjp() const { return vjp_; }
+  size_t n_states() const { return n_states_; }
+  const SlotPtr& slot() const { return slot_; }
 
  private:
-  KernelPtr kernel_;
+  KernelPtr vjp_;
+  size_t n_states_;
+  SlotPtr slot_;
 };
-constexpr char kVjpKey[] = "ms_aten_vjp";
+constexpr char kBackwardKey[] = "ms_aten_backward";
 
 TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
                               const std::vector<ms::Tensor>& inputs,
@@ -221,44 +257,59 @@ TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
 // Backward = the node's VJP kernel (csrc/op/grad.h): inputs are the node's forward inputs, then one
 // gradient per forward output; outputs are one gradient per forward input, shaped and typed like
 // it. The same holds at every order: a node whose forward is itself a VJP kernel has the next
-// order's VJP as its backward.
+// order's VJP as its backward. A program's VJP (csrc/program/program.h) takes the forward's
+// last outputs, its states, as they are instead of their gradients, and its kept graph.
 struct AtenFunction {
   static TensorPtrList Backward(autograd::AutogradContext* ctx, TensorPtrList grad_outputs) {
-    const TensorPtrList saved = ctx->GetSavedTensors();
-    const KernelPtr vjp = ctx->saved_data.at(kVjpKey)->cast_ptr<KernelValue>()->kernel();
+    const TensorPtrList saved = ctx->GetSavedTensors();  // the inputs, then the states
+    const auto* backward = ctx->saved_data.at(kBackwardKey)->cast_ptr<BackwardValue>();
+    const KernelPtr& vjp = backward->vjp();
+    const size_t n_states = backward->n_states();
+    const size_t n_inputs = saved.size() - n_states;
     std::vector<ms::Tensor> inputs;
     std::vector<mindspore::ShapeVector> shapes;
     std::vector<TypeId> types;
-    for (const TensorPtr& x : saved) {
-      inputs.emplace_back(x);
-      shapes.push_back(x->shape());
-      types.push_back(x->data_type());
+    for (size_t i = 0; i < n_inputs; ++i) {
+      inputs.emplace_back(saved[i]);
+      shapes.push_back(saved[i]->shape());
+      types.push_back(saved[i]->data_type());
     }
-    for (const TensorPtr& g : grad_outputs) {
+    for (size_t j = 0; j + n_states < grad_outputs.size(); ++j) {
       // Materialized grads are the default (SetMaterializeGrads is never turned off).
-      if (g == nullptr) {
+      if (grad_outputs[j] == nullptr) {
         throw std::runtime_error("ms_aten: " + vjp->name() + ": missing output gradient");
       }
-      inputs.emplace_back(g);
+      inputs.emplace_back(grad_outputs[j]);
     }
+    for (size_t i = n_inputs; i < saved.size(); ++i) inputs.emplace_back(saved[i]);
     // MindSpore's autograd engine runs every backward under RequireGradGuard(create_graph): set
     // exactly while this backward is itself differentiated (ms.grad of ms.grad), and restored
     // when the backward ends, even by an exception. GradState, which MindSpore can leave set
     // after an exception inside ms.grad, says nothing about this backward.
     if (mindspore::kernel::pyboost::OpRunStatus::Get().RequireGrad()) {
+      if (n_states != 0) {
+        throw std::runtime_error(
+            "ms_aten: " + vjp->name() +
+            ": a gradient of a gradient through a whole program needs GRAPH mode (a Cell in "
+            "GRAPH mode, or ms.jit); in PYNATIVE, MindSpore would give its weights zero "
+            "gradients");
+      }
       return apply_with_grad(vjp, vjp->next_order(), inputs, shapes, types);
     }
-    return tensor_ptrs(launch(vjp, inputs, shapes, types));
+    return tensor_ptrs(launch(vjp, inputs, shapes, types, backward->slot()));
   }
 };
 
 // Function<AtenFunction>::Apply with a run-time number of tensor inputs: Apply takes them as a
 // C++ parameter pack, but an ATen op's input count (a Tensor[] above all) is known only at call
 // time. The steps are Apply's own (include/pynative/backward/function.h), in its order;
-// `produce` makes the outputs (launches the forward, or hands over ones computed already).
+// `produce` makes the outputs (launches the forward, or hands over ones computed already). The
+// last `n_states` outputs are saved for the backward as they are; `slot`, a program's kept
+// graph, goes with the node.
 TensorPtrList record_with_grad(const std::string& name, const KernelPtr& vjp,
                                const std::vector<ms::Tensor>& inputs,
-                               const std::function<TensorPtrList()>& produce) {
+                               const std::function<TensorPtrList()>& produce, size_t n_states = 0,
+                               const SlotPtr& slot = nullptr) {
   const TensorPtrList input_ptrs = tensor_ptrs(inputs);
   auto node = std::make_shared<autograd::CppFunctionNode<AtenFunction>>("ms_aten[" + name + "]");
   for (const TensorPtr& x : input_ptrs) {
@@ -270,8 +321,11 @@ TensorPtrList record_with_grad(const std::string& name, const KernelPtr& vjp,
   {
     mindspore::kernel::pyboost::RequireGradGuard no_grad(false);
     output_ptrs = produce();
-    node->context_.SaveForBackward(input_ptrs);
-    node->context_.saved_data[kVjpKey] = std::make_shared<KernelValue>(vjp);
+    TensorPtrList saved = input_ptrs;
+    saved.insert(saved.end(), output_ptrs.end() - static_cast<std::ptrdiff_t>(n_states),
+                 output_ptrs.end());
+    node->context_.SaveForBackward(saved);
+    node->context_.saved_data[kBackwardKey] = std::make_shared<BackwardValue>(vjp, n_states, slot);
   }
   mindspore::abstract::AbstractBasePtrList abstracts;
   abstracts.reserve(output_ptrs.size());
@@ -352,6 +406,29 @@ py::object adopt(const std::shared_ptr<Kernel>& vjp, const std::vector<ms::Tenso
               single);
 }
 
+// A whole program (csrc/program/program.h): `call` when autograd does not record (it keeps
+// nothing), else `tape`, which keeps its autograd graph in a slot that the autograd node owns,
+// for `vjp` to take; the last `n_states` outputs (the RNG state, the handle) go to the VJP as
+// they are.
+py::object run_program(const std::shared_ptr<Kernel>& call, const std::shared_ptr<Kernel>& tape,
+                       const std::shared_ptr<Kernel>& vjp, const std::vector<ms::Tensor>& inputs,
+                       const std::shared_ptr<Outputs>& outputs, size_t n_states) {
+  if (!call || !tape || !vjp || !outputs || outputs->shapes.size() <= n_states) {
+    throw std::invalid_argument("ms_aten: run_program() needs three kernels and the outputs");
+  }
+  if (!mindspore::pynative::GradState::Get().RequiresGrad()) {
+    return run_async(call, inputs, outputs);
+  }
+  for (const ms::Tensor& x : inputs) x.ConvertStubNodeToTensor();
+  auto slot = std::make_shared<SavedSlot>();
+  return wrap(
+      record_with_grad(
+          call->name(), vjp, inputs,
+          [&] { return tensor_ptrs(launch(tape, inputs, outputs->shapes, outputs->types, slot)); },
+          n_states, slot),
+      outputs->single);
+}
+
 }  // namespace
 }  // namespace ms_aten_fast
 
@@ -376,4 +453,7 @@ PYBIND11_MODULE(MS_EXTENSION_NAME, m) {
         py::arg("outputs"), "Run `forward` on `inputs` (a list of Tensors), `vjp` as backward.");
   m.def("adopt", &ms_aten_fast::adopt, py::arg("vjp"), py::arg("inputs"), py::arg("outputs"),
         py::arg("single"), "Outputs computed from `inputs` already, with `vjp` as backward.");
+  m.def("run_program", &ms_aten_fast::run_program, py::arg("call"), py::arg("tape"), py::arg("vjp"),
+        py::arg("inputs"), py::arg("outputs"), py::arg("n_states"),
+        "Run a program: `call`, or `tape` keeping its graph for `vjp` when autograd records.");
 }

@@ -4,16 +4,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+from mindspore import Parameter, ParameterTuple, ops
 
-from ..native import dtypes
 from ..native.convert import to_ms, to_torch
 from .capture import DynamicShapes, dim_names, example_like, export, input_names, per_input
-from .function import AtenFunction
+from .cell import ProgramCell
+from .primitive import AtenFunction
 from .program import Program, Signature, build
 
 
-class TorchModule(nn.Cell):
+class TorchModule(ProgramCell):
     """A torch module's forward as one ms_aten program (one kernel launch), with every torch
     parameter a MindSpore Parameter of the same name (`trainable_params()` go straight to a
     MindSpore optimizer) and every buffer a non-trainable Parameter.
@@ -23,6 +23,9 @@ class TorchModule(nn.Cell):
     train mode) are assigned after each call. Returns the module's outputs flattened as
     torch.utils._pytree does (a HuggingFace ModelOutput gives its tensors in field order): a
     Tensor when there is one, else a tuple.
+
+    In train mode its forward keeps its autograd graph for the backward, which then runs one
+    backward pass and no second forward; in eval mode it keeps nothing (csrc/program/saved.h).
 
     Captured with `dynamic_shapes` (torch.export's argument), one program serves every size its
     ranges allow, and the Cell declares the dynamic sizes to MindSpore (`set_inputs` with None
@@ -88,48 +91,23 @@ class TorchModule(nn.Cell):
             def recapture(signature: Signature) -> Program:
                 return self._capture(training, example_like(signature))
 
-            function = AtenFunction(self._capture(training, self._example), recapture)
+            function = AtenFunction(self._capture(training, self._example), recapture,
+                                    record=training)
             self._functions[training] = function
-        program = function.program
-        self._function = function
-        if program.dynamic:  # GRAPH mode compiles `self(x)` once for every size
-            self.set_inputs(*[Tensor(shape=list(shape), dtype=dtypes.to_ms(dtype))
-                              for shape, dtype in zip(program.signature.shapes,
-                                                      program.signature.dtypes, strict=True)])
-        self._mutated = tuple(self._weight_names.index(b) for b in program.mutations)
-        self._n_outputs = program.n_outputs
-        self._bare = program.n_results == 1  # the primitive returns a Tensor, not a tuple
-
-    @property
-    def program(self) -> Program:
-        """The program the Cell runs in its current mode."""
-        return self._function.program
+        mutations = function.program.mutations
+        self._mutated = tuple(self._weight_names.index(b) for b in mutations)
+        self._use(function, first=len(mutations))
 
     def set_train(self, mode: bool = True) -> TorchModule:
         super().set_train(mode)
         self._select(mode)
         return self
 
-    def _check_construct_args(self, *args) -> None:
-        # MindSpore's check of a GRAPH-mode call, right before the compiled graph runs: a size
-        # outside a dynamic capture's range is refused here, not by the kernel, whose error
-        # would leave the compiled graph unable to run again (MindSpore 2.10 keeps a graph's
-        # failure: "An error occurred in the previous step").
-        super()._check_construct_args(*args)
-        if self._function.program.dynamic and all(isinstance(x, Tensor) for x in args):
-            self._function.check_count(len(self._weight_shapes) + len(args))
-            self._function.output_shapes([*self._weight_shapes, *(list(x.shape) for x in args)])
-
     def construct(self, *inputs):
         results = self._function(*self.weights, *inputs)
-        if self._bare:
-            return results
         for i, weight in enumerate(self._mutated):
             ops.assign(self.weights[weight], results[i])
-        first = len(self._mutated)
-        if self._n_outputs - first == 1:
-            return results[first]
-        return results[first:self._n_outputs]
+        return self._outputs(results)
 
     def torch_state_dict(self) -> dict[str, torch.Tensor]:
         """The current weights as the torch module's state dict (same keys), so a model trained

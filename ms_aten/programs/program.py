@@ -28,6 +28,8 @@ from . import symbolic
 ANY_SIGNATURE = "*"
 # Torch's CPU generator state, which the forward of a random program hands to its VJP.
 RNG_STATE_BYTES = torch.get_rng_state().numel()
+# The handle of the autograd graph a forward keeps for its VJP (csrc/program/saved.h).
+HANDLE_SHAPE: tuple[int, ...] = (1,)
 # The graph module's meta entry where rewrite.py leaves how many matches it replaced.
 REPLACED = "ms_aten_replaced"
 
@@ -113,9 +115,26 @@ class Program:
         return len(self.output_shapes)
 
     @property
+    def n_states(self) -> int:
+        """What the forward primitive hands its VJP after the graph's outputs: the RNG state
+        (random programs), then the handle of the autograd graph it kept."""
+        return int(self.random) + 1
+
+    @property
     def n_results(self) -> int:
-        """The forward primitive's outputs: the graph's, plus the RNG state if random."""
-        return self.n_outputs + self.random
+        """The forward primitive's outputs: the graph's, then the states."""
+        return self.n_outputs + self.n_states
+
+    def result_shapes(self) -> list[list[int]]:
+        """The forward primitive's output shapes, for a static capture (a dynamic one's come
+        from the library: output_shapes)."""
+        assert not self.dynamic, "a dynamic capture's shapes depend on its inputs"
+        states = [[RNG_STATE_BYTES]] * self.random + [list(HANDLE_SHAPE)]
+        return [[int(n) for n in s if n is not None] for s in self.output_shapes] + states
+
+    def result_dtypes(self) -> list[torch.dtype]:
+        """The forward primitive's output dtypes: the graph's, then the states'."""
+        return [*self.output_dtypes, *[torch.uint8] * self.random, torch.int64]
 
     def user_signature_of(self, shapes: Sequence[Sequence[int]],
                           ms_dtypes: Sequence[Any]) -> Signature:
@@ -394,14 +413,15 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
     floating = [i for i, node in enumerate(user_inputs) if node.meta["val"].is_floating_point()]
     grad_inputs = [position[t] for t in weights if t in trainable]
     grad_inputs += [len(weights) + i for i in floating]
-    body = [*builder.prologue, *builder.lines, f"o {','.join(output_ids)}", *builder.shapes]
+    # The forward needs the differentiated inputs too: a recording forward makes them leaves.
+    body = [*builder.prologue, *builder.lines, f"o {','.join(output_ids)}", *builder.shapes,
+            f"g {','.join(map(str, grad_inputs))}"]
     n_inputs = len(weights) + len(user_inputs)
     header = f"{quote(name, safe='')} {n_inputs} {builder.n_values} {int(builder.random)}"
     program = Program(
         name=name,
         spec="\n".join([f"program call {header}", *body]),
-        vjp_spec="\n".join([f"program vjp {header}", *body,
-                             f"g {','.join(map(str, grad_inputs))}"]),
+        vjp_spec="\n".join([f"program vjp {header}", *body]),
         n_weights=len(weights),
         signature=signature, input_names=names,
         output_shapes=tuple(shapes), output_dtypes=tuple(out_dtypes),

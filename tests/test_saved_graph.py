@@ -1,0 +1,137 @@
+"""The backward of a whole program without a second forward: the forward keeps its autograd graph
+for the VJP (csrc/program/saved.h), inference keeps none, and nothing stays behind."""
+from __future__ import annotations
+
+import copy
+import ctypes
+
+import mindspore as ms
+import models
+import numpy as np
+import pytest
+import torch
+from mindspore import nn
+
+import ms_aten
+from ms_aten.native import library
+
+from common import set_mode, to_ms, to_torch
+
+CALLS: list[int] = []  # runs of counted's forward kernel
+
+
+@torch.library.custom_op("ms_aten_saved_test::counted", mutates_args=())
+def counted(x: torch.Tensor) -> torch.Tensor:
+    """x * 2, counting its forward runs: a recomputing backward runs it once more."""
+    CALLS.append(1)
+    return x * 2
+
+
+@counted.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+counted.register_autograd(lambda ctx, grad: grad * 2)
+
+
+def parked() -> int:
+    """How many kept graphs wait for a backward."""
+    lib = library.load()
+    lib.ms_aten_parked_graphs.restype = ctypes.c_int64
+    return int(lib.ms_aten_parked_graphs())
+
+
+def sin_of_counted(x: torch.Tensor) -> torch.Tensor:
+    return counted(x).sin()
+
+
+class SumOf(nn.Cell):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def construct(self, x):
+        return self.f(x).sum()
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["kept_graph", "recompute"])
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_the_backward_uses_the_forward_s_graph(mode, record):
+    """With a kept graph the forward kernel runs once per gradient; recomputing, twice. The
+    gradients are torch's either way, and no graph stays parked."""
+    x = torch.randn(5, 3)
+    fn = ms_aten.TorchFunction(ms_aten.AtenFunction(
+        ms_aten.function(sin_of_counted, (x,)).program, record=record))
+    set_mode(mode)
+    grad_fn = ms.grad(SumOf(fn))
+    grad_fn(to_ms(x)).asnumpy()  # compiles (GRAPH mode runs the fake kernel, not the forward)
+    for _ in range(3):
+        CALLS.clear()
+        got = grad_fn(to_ms(x)).asnumpy()
+        assert len(CALLS) == (1 if record else 2)
+        leaf = x.clone().requires_grad_()
+        sin_of_counted(leaf).sum().backward()
+        np.testing.assert_allclose(got, leaf.grad.numpy(), rtol=1e-6)
+    assert parked() == 0
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_inference_keeps_no_graph(mode):
+    """An eval-mode module keeps nothing; a function's forward compiled without a backward keeps
+    its first graph one call at most, then records no more."""
+    c = models.gpt2()
+    set_mode(mode)
+    cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
+    for _ in range(3):
+        cell(to_ms(c.inputs[0])).asnumpy()
+        assert parked() == 0
+    fn = ms_aten.function(sin_of_counted, (torch.randn(4),))
+    for i in range(3):
+        fn(to_ms(torch.randn(4))).asnumpy()
+        assert parked() <= (1 if i == 0 else 0)
+    del fn
+    assert parked() == 0
+
+
+def test_a_pruned_backward_leaves_nothing_behind():
+    """ms.value_and_grad returning only the loss: MindSpore drops the backward, so the forward
+    kernel's graph is never taken; it stops keeping one at its next launch."""
+    c = models.gpt2()
+    set_mode("graph")
+    cell = ms_aten.module(copy.deepcopy(c.module), c.inputs).set_train()
+    loss_cell = models.LossCell(cell, c.loss)
+    grad_fn = ms.value_and_grad(loss_cell, None, cell.trainable_params())
+
+    @ms.jit
+    def loss_only(x, target):
+        return grad_fn(x, target)[0]
+
+    x, target = to_ms(c.inputs[0]), to_ms(c.target)
+    for _ in range(3):
+        loss_only(x, target).asnumpy()
+    assert parked() == 0
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_training_with_the_kept_graph_follows_torch(mode):
+    """Dropout in train mode: the kept graph holds the forward's mask, so the gradients are
+    torch's for the same seed, step after step, and no graph stays parked."""
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Dropout(0.5),
+                                 torch.nn.Linear(6, 2)).train()
+    set_mode(mode)
+    cell = ms_aten.module(copy.deepcopy(module), (torch.randn(4, 6),))
+    grad_fn = ms.value_and_grad(SumOf(cell), None, cell.trainable_params())
+    for step in range(3):
+        x = torch.randn(4, 6)
+        torch.manual_seed(step)
+        value, grads = grad_fn(to_ms(x))
+        float(value)
+        torch.manual_seed(step)
+        module.zero_grad()
+        module(x).sum().backward()
+        for got, (name, p) in zip(grads, module.named_parameters(), strict=True):
+            np.testing.assert_allclose(to_torch(got).numpy(), p.grad.numpy(), rtol=1e-5,
+                                       atol=1e-6, err_msg=name)
+    assert parked() == 0

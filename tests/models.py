@@ -48,6 +48,22 @@ def bert(layers: int = 2, hidden: int = 32, heads: int = 2, seq: int = 8, batch:
                 "class")
 
 
+def t5(layers: int = 2, hidden: int = 32, heads: int = 4, seq: int = 7, target_seq: int = 5,
+       batch: int = 2, vocab: int = 64) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """An encoder-decoder (T5) and its inputs (ids, mask, decoder ids). Under autograd, its
+    attention (an additive position bias that requires grad) returns other strides than its
+    capture saw: the model behind programs' view -> reshape (ms_aten/programs/program.py)."""
+    import transformers
+
+    config = transformers.T5Config(
+        vocab_size=vocab, d_model=hidden, d_kv=hidden // heads, d_ff=2 * hidden,
+        num_layers=layers, num_decoder_layers=layers, num_heads=heads, dropout_rate=0.0,
+        use_cache=False, decoder_start_token_id=0, pad_token_id=0)
+    inputs = (torch.randint(1, vocab, (batch, seq)), torch.ones(batch, seq, dtype=torch.long),
+              torch.randint(1, vocab, (batch, target_seq)))
+    return transformers.T5ForConditionalGeneration(config).eval(), inputs
+
+
 class SmallCNN(nn.Module):
     def __init__(self) -> None:
         super().__init__()

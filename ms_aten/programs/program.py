@@ -272,7 +272,7 @@ class _Builder:
         if not isinstance(target, torch._ops.OpOverload):
             raise self.fail(node, "only ATen/dispatcher ops can run in a program; this is "
                                   f"{type(target).__name__} {target}")
-        schema = target._schema
+        schema = _STRIDE_FREE.get(target, target)._schema
         if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
             raise self.fail(node, "the op writes its inputs, which torch.export's "
                                   "functionalization should have removed")
@@ -322,6 +322,15 @@ class _Builder:
         label = quote(_where(node), safe="") or "-"
         self.lines.append(f"n {','.join(result_ids) or '-'} {label} {op_spec}")
 
+
+# Views that hold only for the strides their input had at capture time run as reshape, which is
+# the same view where the strides allow one and a copy where they do not: the graph is
+# functional, so nothing can tell the two apart. Strides do change at run time: under autograd,
+# CPU scaled_dot_product_attention with an attention mask that requires grad (T5's position
+# bias) takes the math route, whose output is contiguous, where the fake run's flash route gave
+# a (B, S, H, D) layout; the transpose and view after it then fail.
+_STRIDE_FREE = {torch.ops.aten.view.default: torch.ops.aten.reshape.default,
+                torch.ops.aten._unsafe_view.default: torch.ops.aten.reshape.default}
 
 # A stand-in schema argument for encoding Python numbers (torch's Scalar).
 _NUMBER_ARG = next(a for a in torch.ops.aten.add.Scalar._schema.arguments if a.name == "other")

@@ -11,6 +11,7 @@ import torch  # noqa: F401  (first: libms_aten.so needs libtorch loaded)
 from ._version import __version__
 from .native.build import BuildError
 from .native.convert import to_ms, to_torch
+from .native.host import request_blocking_run as _request_blocking_run
 from .native.library import launch_count
 from .native.library import load as _load_library
 from .native.threads import configure_from_environment as _configure_threads
@@ -24,6 +25,7 @@ from .programs.module import TorchModule, module
 from .programs.primitive import AtenFunction
 from .programs.program import CaptureError
 
+_request_blocking_run()  # before MindSpore's first task reads it (native/host.py)
 _load_library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
 

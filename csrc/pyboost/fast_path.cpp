@@ -85,10 +85,24 @@ class Kernel {
   bool uses_out() const { return ms_aten_kernel_uses_out(handle_) == 1; }
 
   // For a VJP kernel (spec "vjp[k] ..."): the VJP of this VJP (spec "vjp<k+1> ..."), built on
-  // first use, so a chain of backwards is only as long as the gradients taken.
+  // first use, so a chain of backwards is only as long as the gradients taken. A program's VJP
+  // ("family vjp ...") has one, "family vjp2 ..."; that one has none.
   std::shared_ptr<const Kernel> next_order() const {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!next_) {
+      const std::string program_vjp = "family vjp ";
+      if (spec_.rfind(program_vjp, 0) == 0) {
+        next_ = std::make_shared<const Kernel>(
+            "family vjp2 " + spec_.substr(program_vjp.size()),
+            name_.substr(0, name_.rfind(" (backward)")) + " (second-order backward)");
+        return next_;
+      }
+      if (spec_.rfind("family ", 0) == 0) {
+        throw std::runtime_error(
+            "ms_aten: " + name_ +
+            ": gradients of order 3 through a whole program are not supported; build the "
+            "function from ms_aten.op calls, which differentiate to any order");
+      }
       const size_t space = spec_.find(' ');
       const std::string kind = spec_.substr(0, space);
       if (kind.rfind("vjp", 0) != 0 || space == std::string::npos) {
@@ -229,22 +243,25 @@ TensorPtrList tensor_ptrs(const std::vector<ms::Tensor>& tensors) {
 using mindspore::ConstStringHash;
 
 // Carries what the backward needs from the forward through AutogradContext::saved_data, the
-// only per-node storage MindSpore's Function interface gives a static Backward: the VJP kernel,
+// only per-node storage MindSpore's Function interface gives a static Backward: the VJP kernel;
 // how many of the forward's last outputs it takes as they are (a program's states: the RNG
-// state, the kept graph's handle), and a program's kept graph.
+// state, the kept graph's handle); how many of the forward's last inputs have no gradient (those
+// states again, where the forward is a program's VJP); and a program's kept graph.
 class BackwardValue final : public mindspore::Value {
  public:
-  BackwardValue(KernelPtr vjp, size_t n_states, SlotPtr slot)
-      : vjp_(std::move(vjp)), n_states_(n_states), slot_(std::move(slot)) {}
+  BackwardValue(KernelPtr vjp, size_t n_states, size_t n_passive, SlotPtr slot)
+      : vjp_(std::move(vjp)), n_states_(n_states), n_passive_(n_passive), slot_(std::move(slot)) {}
   MS_DECLARE_PARENT(BackwardValue, Value)
   bool operator==(const mindspore::Value& other) const override { return this == &other; }
   const KernelPtr& vjp() const { return vjp_; }
   size_t n_states() const { return n_states_; }
+  size_t n_passive() const { return n_passive_; }
   const SlotPtr& slot() const { return slot_; }
 
  private:
   KernelPtr vjp_;
   size_t n_states_;
+  size_t n_passive_;
   SlotPtr slot_;
 };
 constexpr char kBackwardKey[] = "ms_aten_backward";
@@ -252,13 +269,14 @@ constexpr char kBackwardKey[] = "ms_aten_backward";
 TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
                               const std::vector<ms::Tensor>& inputs,
                               const std::vector<mindspore::ShapeVector>& shapes,
-                              const std::vector<TypeId>& types);
+                              const std::vector<TypeId>& types, size_t n_passive = 0);
 
 // Backward = the node's VJP kernel (csrc/op/grad.h): inputs are the node's forward inputs, then one
 // gradient per forward output; outputs are one gradient per forward input, shaped and typed like
 // it. The same holds at every order: a node whose forward is itself a VJP kernel has the next
 // order's VJP as its backward. A program's VJP (csrc/program/program.h) takes the forward's
-// last outputs, its states, as they are instead of their gradients, and its kept graph.
+// last outputs, its states, as they are instead of their gradients, and its kept graph; the
+// program's second-order VJP gives no gradient for those states, inputs of the VJP.
 struct AtenFunction {
   static TensorPtrList Backward(autograd::AutogradContext* ctx, TensorPtrList grad_outputs) {
     const TensorPtrList saved = ctx->GetSavedTensors();  // the inputs, then the states
@@ -266,11 +284,13 @@ struct AtenFunction {
     const KernelPtr& vjp = backward->vjp();
     const size_t n_states = backward->n_states();
     const size_t n_inputs = saved.size() - n_states;
+    const size_t n_grads = n_inputs - backward->n_passive();  // the gradients the VJP returns
     std::vector<ms::Tensor> inputs;
     std::vector<mindspore::ShapeVector> shapes;
     std::vector<TypeId> types;
     for (size_t i = 0; i < n_inputs; ++i) {
       inputs.emplace_back(saved[i]);
+      if (i >= n_grads) continue;
       shapes.push_back(saved[i]->shape());
       types.push_back(saved[i]->data_type());
     }
@@ -286,17 +306,16 @@ struct AtenFunction {
     // exactly while this backward is itself differentiated (ms.grad of ms.grad), and restored
     // when the backward ends, even by an exception. GradState, which MindSpore can leave set
     // after an exception inside ms.grad, says nothing about this backward.
+    TensorPtrList grads;
     if (mindspore::kernel::pyboost::OpRunStatus::Get().RequireGrad()) {
-      if (n_states != 0) {
-        throw std::runtime_error(
-            "ms_aten: " + vjp->name() +
-            ": a gradient of a gradient through a whole program needs GRAPH mode (a Cell in "
-            "GRAPH mode, or ms.jit); in PYNATIVE, MindSpore would give its weights zero "
-            "gradients");
-      }
-      return apply_with_grad(vjp, vjp->next_order(), inputs, shapes, types);
+      // The VJP itself recorded, for a higher order: it recomputes (a kept graph is not
+      // differentiable), and its own inputs' states get no gradient.
+      grads = apply_with_grad(vjp, vjp->next_order(), inputs, shapes, types, n_states);
+    } else {
+      grads = tensor_ptrs(launch(vjp, inputs, shapes, types, backward->slot()));
     }
-    return tensor_ptrs(launch(vjp, inputs, shapes, types, backward->slot()));
+    grads.resize(n_inputs, nullptr);  // no gradient for passive inputs
+    return grads;
   }
 };
 
@@ -309,7 +328,7 @@ struct AtenFunction {
 TensorPtrList record_with_grad(const std::string& name, const KernelPtr& vjp,
                                const std::vector<ms::Tensor>& inputs,
                                const std::function<TensorPtrList()>& produce, size_t n_states = 0,
-                               const SlotPtr& slot = nullptr) {
+                               size_t n_passive = 0, const SlotPtr& slot = nullptr) {
   const TensorPtrList input_ptrs = tensor_ptrs(inputs);
   auto node = std::make_shared<autograd::CppFunctionNode<AtenFunction>>("ms_aten[" + name + "]");
   for (const TensorPtr& x : input_ptrs) {
@@ -325,7 +344,8 @@ TensorPtrList record_with_grad(const std::string& name, const KernelPtr& vjp,
     saved.insert(saved.end(), output_ptrs.end() - static_cast<std::ptrdiff_t>(n_states),
                  output_ptrs.end());
     node->context_.SaveForBackward(saved);
-    node->context_.saved_data[kBackwardKey] = std::make_shared<BackwardValue>(vjp, n_states, slot);
+    node->context_.saved_data[kBackwardKey] =
+        std::make_shared<BackwardValue>(vjp, n_states, n_passive, slot);
   }
   mindspore::abstract::AbstractBasePtrList abstracts;
   abstracts.reserve(output_ptrs.size());
@@ -345,9 +365,10 @@ TensorPtrList record_with_grad(const std::string& name, const KernelPtr& vjp,
 TensorPtrList apply_with_grad(const KernelPtr& forward, const KernelPtr& vjp,
                               const std::vector<ms::Tensor>& inputs,
                               const std::vector<mindspore::ShapeVector>& shapes,
-                              const std::vector<TypeId>& types) {
-  return record_with_grad(forward->name(), vjp, inputs,
-                          [&] { return tensor_ptrs(launch(forward, inputs, shapes, types)); });
+                              const std::vector<TypeId>& types, size_t n_passive) {
+  return record_with_grad(
+      forward->name(), vjp, inputs,
+      [&] { return tensor_ptrs(launch(forward, inputs, shapes, types)); }, 0, n_passive);
 }
 
 // ---- Python entry -------------------------------------------------------------------------
@@ -425,7 +446,7 @@ py::object run_program(const std::shared_ptr<Kernel>& call, const std::shared_pt
       record_with_grad(
           call->name(), vjp, inputs,
           [&] { return tensor_ptrs(launch(tape, inputs, outputs->shapes, outputs->types, slot)); },
-          n_states, slot),
+          n_states, 0, slot),
       outputs->single);
 }
 

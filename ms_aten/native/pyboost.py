@@ -12,14 +12,20 @@ import importlib.util
 import sys
 import time
 import warnings
-from functools import cache
+from collections.abc import Callable
+from functools import cache, wraps
 from pathlib import Path
 from types import ModuleType
+from typing import ParamSpec, TypeVar
 
 import mindspore as ms
+from mindspore.graph.api import _pynative_executor
 
 from . import pyboost_build
 from .library import LIBRARY, PACKAGE_DIR
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 MODULE_NAME = pyboost_build.MODULE_NAME
 MODULE_PATH = PACKAGE_DIR / pyboost_build.MODULE_FILE
@@ -81,6 +87,24 @@ def module() -> ModuleType:
 def available() -> bool:
     """Whether the fast-path module was built and loads."""
     return _module() is not None
+
+
+def clears_executor_on_error(call: Callable[P, R]) -> Callable[P, R]:
+    """`call`, which on an exception does what MindSpore does when one of its own PYNATIVE ops
+    fails: clear the PYNATIVE executor's state, then re-raise.
+
+    To MindSpore an exception from a fast-path call is a Python exception inside the function
+    ms.grad records, which leaves that recording open: the grad flag stays set, and the next
+    ms.grad or jit call is differentiated as if nested in it, one order too high.
+    """
+    @wraps(call)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return call(*args, **kwargs)
+        except Exception:
+            _pynative_executor.clear_res()
+            raise
+    return guarded
 
 
 def main() -> int:

@@ -112,13 +112,14 @@ def _state(op: RoutedOp) -> _OpState:
     return state
 
 
+@pyboost.clears_executor_on_error
 def call(op: RoutedOp, *args: Any) -> Tensor | tuple[Tensor, ...]:
     """op(*args) in PYNATIVE mode through the fast path: a Tensor, or a tuple of Tensors.
 
     op: an ms_aten.AtenOp; args: its call-time tensors, a Tensor[] argument as a tuple (as for
     op(*args)), Python numbers where torch takes them, trailing optional tensors left out.
     Gradients flow through ms.grad / value_and_grad. Kernel errors surface as a RuntimeError
-    naming the op, at the next sync point (PYNATIVE launches asynchronously).
+    naming the op, at the call, or at the next sync point when the launch was asynchronous.
     """
     state = _state(op)
     pattern: Pattern | None = None

@@ -72,6 +72,7 @@ class _ProgramState:
         return outputs
 
 
+@pyboost.clears_executor_on_error
 def call(function: RoutedProgram, *inputs: Any) -> tuple[Tensor, ...]:
     """function(*inputs) in PYNATIVE mode through the fast path: the primitive's outputs (the
     graph's, then its states), differentiable through ms.grad / value_and_grad."""

@@ -8,6 +8,7 @@ import models
 import numpy as np
 import pytest
 import torch
+from loss_cell import LossCell
 from mindspore import nn, ops
 
 import ms_aten
@@ -43,7 +44,7 @@ def test_forward_and_parameter_gradients_match_torch(name, mode):
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
     assert [p.name for p in cell.trainable_params()] == [n for n, _ in c.module.named_parameters()]
-    loss_cell = models.LossCell(cell, c.loss)
+    loss_cell = LossCell(cell, c.loss)
     value, grads = ms.value_and_grad(loss_cell, None, cell.trainable_params())(
         to_ms(c.inputs[0]), to_ms(c.target))
     out = models.logits(c.module(*c.inputs))
@@ -70,7 +71,7 @@ def test_adam_training_follows_torch(name, mode):
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
     optimizer = nn.Adam(cell.trainable_params(), learning_rate=lr)
-    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, optimizer.parameters)
+    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, optimizer.parameters)
 
     def step(x, target):
         loss, grads = grad_fn(x, target)
@@ -130,7 +131,7 @@ def test_dropout_backward_replays_the_forward_mask(mode):
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
     assert cell.program.random
-    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, cell.trainable_params())
+    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, cell.trainable_params())
     torch.manual_seed(7)
     value, grads = grad_fn(to_ms(c.inputs[0]), to_ms(c.target))
     # MindSpore runs kernels asynchronously: finish before torch's generator is reseeded.
@@ -167,7 +168,7 @@ def test_one_launch_per_forward_and_one_per_backward():
     before = ms_aten.launch_count()
     cell(x).asnumpy()
     assert ms_aten.launch_count() - before == 1
-    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, cell.trainable_params())
+    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, cell.trainable_params())
     grad_fn(x, target)[0].asnumpy()
     before = ms_aten.launch_count()
     grad_fn(x, target)[0].asnumpy()
@@ -182,7 +183,7 @@ def test_other_input_shapes_are_captured_again_in_both_modes(mode):
     c = case("bert")
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
-    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, cell.trainable_params())
+    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, cell.trainable_params())
     longer, labels = torch.randint(0, 100, (3, 12)), torch.randint(0, 3, (3,))
     for x, target in ((longer, labels), (c.inputs[0], c.target)):
         module = copy.deepcopy(c.module)

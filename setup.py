@@ -28,6 +28,7 @@ CXXFLAGS = ["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"]
 TORCH_SOURCES = ["boundary/entry.cpp", "boundary/ms_ext.cpp", "kernel.cpp", "view_cache.cpp",
                  "program/program.cpp", "program/family.cpp",
                  "op/spec.cpp", "op/results.cpp", "op/grad.cpp", "op/infer.cpp", "op/bounded.cpp",
+                 "op/mutate.cpp",
                  "device/cpu.cpp", "device/cuda.cpp", "device/npu.cpp"]
 
 

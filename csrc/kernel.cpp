@@ -9,6 +9,7 @@
 #include "device/device.h"
 #include "op/bounded.h"
 #include "op/grad.h"
+#include "op/mutate.h"
 #include "op/results.h"
 
 namespace ms_aten {
@@ -104,6 +105,7 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   if (program) return program->run(inputs, outputs);
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
   if (call_->kind() == SpecKind::kBounded) return run_bounded(*call_, inputs, outputs);
+  if (call_->kind() == SpecKind::kMutate) return run_mutate(*call_, inputs);
   if (uses_out()) {
     if (try_out(inputs, outputs, params + n_in, ndims + n_in, shapes + n_in)) return;
     // The out= kernel may have resized our views: write the functional result into new ones.

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import bench_workers
-from model_bench import CONFIGS, MS_ATEN_ROUTES, TORCH_ROUTES
+from model_bench import CONFIGS, MS_ATEN_ROUTES, TORCH_ROUTES, TORCH_STEP, TORCH_STEP_FUSED
 
 BENCH = Path(__file__).resolve().parent
 WORKERS = {"torch": BENCH / "model_worker_torch.py", "ms_aten": BENCH / "model_worker_ms_aten.py"}
@@ -50,6 +50,13 @@ def run_worker(side: str, model: str, route: str | None, extra: list[str],
     """One fresh worker process for `model` (and `route`, else every route); its result."""
     arguments = ["--model", model, *extra] + (["--route", route] if route is not None else [])
     return bench_workers.run(WORKERS[side], arguments, env)
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    """--ms-env KEY=VALUE ... as a dict (a malformed pair is an argparse-style error)."""
+    if any("=" not in pair for pair in pairs):
+        raise SystemExit(f"--ms-env takes KEY=VALUE pairs, got {pairs}")
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def schedule(routes: list[tuple[str, str]], processes: int) -> list[tuple[str, str]]:
@@ -64,19 +71,26 @@ def schedule(routes: list[tuple[str, str]], processes: int) -> list[tuple[str, s
                                                        else one_round[::-1])]
 
 
-def bench_model(model: str, processes: int, extra: list[str], quick: bool) -> dict:
-    """Every route of `model`: per-process figures, then their median and the ratio to torch."""
-    jobs = [("torch", r) for r in TORCH_ROUTES] + [("ms_aten", r) for r in MS_ATEN_ROUTES]
+def bench_model(model: str, routes: list[str], processes: int, extra: list[str], quick: bool,
+                ms_env: dict[str, str]) -> dict:
+    """The ms_aten `routes` of `model` and the torch routes they are compared with (and torch's
+    fused Adam step beside its default one): per-process figures, then their median and the
+    ratio to torch; `ms_env` is added to the ms_aten workers' environment."""
+    wanted = {MS_ATEN_ROUTES[r] for r in routes}
+    if TORCH_STEP in wanted:
+        wanted.add(TORCH_STEP_FUSED)
+    jobs = [("torch", r) for r in TORCH_ROUTES if r in wanted] + [("ms_aten", r) for r in routes]
     runs: dict[tuple[str, str], list[dict]] = {job: [] for job in jobs}
     if quick:  # every route of a side in one process, in turns
         for side in ("torch", "ms_aten"):
-            result = run_worker(side, model, None, extra)
+            result = run_worker(side, model, None, extra, ms_env if side == "ms_aten" else None)
             for route in result["routes"]:
-                runs[(side, route)].append(result)
+                if (side, route) in runs:
+                    runs[(side, route)].append(result)
     else:
         for side, route in schedule(jobs, processes):
             started = time.perf_counter()
-            result = run_worker(side, model, route, extra)
+            result = run_worker(side, model, route, extra, ms_env if side == "ms_aten" else None)
             runs[(side, route)].append(result)
             print(f"  {model} {side:7} {route:28} {result['routes'][route]['ms']:9.3f} ms "
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
@@ -103,16 +117,16 @@ def ratio_cell(entry: dict, torch_ms: float) -> str:
     return f"×{entry['ratio']:.2f} ({entry['ms']:.3g} vs {torch_ms:.3g} ms)"
 
 
-SUMMARY = ("GRAPH forward cell(x)", "GRAPH forward+backward", "GRAPH step nn.Adam",
-           "PYNATIVE forward cell(x)", "PYNATIVE step nn.Adam")
+SUMMARY = ("GRAPH forward cell(x)", "GRAPH forward+backward", "GRAPH step ms_aten.optim.Adam",
+           "GRAPH step nn.Adam", "PYNATIVE forward cell(x)", "PYNATIVE step ms_aten.optim.Adam")
 
 
 def report(rows: dict[str, dict]) -> str:
-    head = ["model", *SUMMARY]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(SUMMARY)]
+    summary = [r for r in SUMMARY if all(r in row["ms_aten"] for row in rows.values())]
+    lines = ["| " + " | ".join(["model", *summary]) + " |", "|---|" + "---:|" * len(summary)]
     for model, row in rows.items():
         cells = [ratio_cell(row["ms_aten"][r], row["torch"][MS_ATEN_ROUTES[r]]["ms"])
-                 for r in SUMMARY]
+                 for r in summary]
         lines.append(f"| {model} ({row['nodes']} ATen calls) | " + " | ".join(cells) + " |")
     for model, row in rows.items():
         lines += ["", f"**{model}**", "",
@@ -126,9 +140,10 @@ def report(rows: dict[str, dict]) -> str:
                 f"{ref['ms']:.3f} | ×{entry['ratio']:.2f} | "
                 f"{', '.join(f'{x:.3g}' for x in entry['per_process_ms'])} | "
                 f"{', '.join(f'{x:.3g}' for x in ref['per_process_ms'])} |")
-        fused = row["torch"]["step Adam(fused=True)"]
-        lines.append(f"| (torch's step with Adam(fused=True)) | | | | {fused['ms']:.3f} | | | "
-                     f"{', '.join(f'{x:.3g}' for x in fused['per_process_ms'])} |")
+        if TORCH_STEP_FUSED in row["torch"]:
+            fused = row["torch"][TORCH_STEP_FUSED]
+            lines.append(f"| (torch's step with Adam(fused=True)) | | | | {fused['ms']:.3f} | | "
+                         f"| {', '.join(f'{x:.3g}' for x in fused['per_process_ms'])} |")
     return "\n".join(lines)
 
 
@@ -137,10 +152,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true",
                         help="tiny GPT-2, every route in one process per side (a smoke run)")
     parser.add_argument("--models", nargs="*", choices=list(CONFIGS))
+    parser.add_argument("--routes", nargs="*", choices=list(MS_ATEN_ROUTES),
+                        default=list(MS_ATEN_ROUTES), help="ms_aten routes (default: all)")
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per route")
     parser.add_argument("--threads", type=int, default=0,
                         help="ATen threads on both sides (0: ATen's default)")
     parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
+    parser.add_argument("--ms-env", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="environment for the ms_aten workers only, e.g. "
+                             "MS_DEV_HOST_BLOCKING_RUN=1 (a what-if; the figures are then "
+                             "written under models_<KEY>.md)")
     parser.add_argument("--out", type=Path, help="folder for models.{md,json}")
     args = parser.parse_args(argv)
     names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))
@@ -148,23 +169,27 @@ def main(argv: list[str] | None = None) -> dict:
     extra = ["--repeats", str(repeats), "--target-s", str(target_s), "--threads",
              str(args.threads)]
     started, load_start = time.time(), os.getloadavg()
+    ms_env = parse_env(args.ms_env)
     rows = {}
     for name in names:
         print(f"{name}:", flush=True)
-        rows[name] = bench_model(name, 1 if args.quick else args.processes, extra, args.quick)
+        rows[name] = bench_model(name, args.routes, 1 if args.quick else args.processes, extra,
+                                 args.quick, ms_env)
     meta = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "host": f"{platform.platform()}, {os.cpu_count()} CPUs",
             "loadavg_start": [round(x, 2) for x in load_start],
             "loadavg_end": [round(x, 2) for x in os.getloadavg()],
             "wall_s": round(time.time() - started), "note": args.note, "quick": args.quick,
             "processes_per_route": 1 if args.quick else args.processes,
-            "samples": {"repeats": repeats, "target_s": target_s}, "threads": args.threads}
+            "samples": {"repeats": repeats, "target_s": target_s}, "threads": args.threads,
+            "ms_env": ms_env}
     table = report(rows)
     print(table)
     out = args.out or (None if args.quick else BENCH / "results")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        stem = f"models_threads{args.threads}" if args.threads else "models"
+        parts = ["models"] + ([f"threads{args.threads}"] if args.threads else []) + list(ms_env)
+        stem = "_".join(parts)
         (out / f"{stem}.json").write_text(json.dumps({"meta": meta, "models": rows}, indent=1))
         method = __doc__.split("Method:\n", 1)[1].split("\nWrites", 1)[0]
         (out / f"{stem}.md").write_text(
@@ -175,6 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"- {meta['processes_per_route']} processes per route; per process the median of "
             f"{repeats} samples of at least {target_s} s\n"
             + (f"- note: {args.note}\n" if args.note else "")
+            + (f"- the ms_aten workers ran with {ms_env}\n" if ms_env else "")
             + f"\nMethod:\n{method}\n\n{table}\n")
     return rows
 

@@ -37,10 +37,13 @@ MS_ATEN_ROUTES = {
     "GRAPH forward ms.jit": TORCH_FORWARD,
     "GRAPH forward+backward": TORCH_GRAD,
     "GRAPH step nn.Adam": TORCH_STEP,
+    "GRAPH step ms_aten.optim.Adam": TORCH_STEP,
     "GRAPH nn.Adam update alone": TORCH_ADAM,
+    "GRAPH ms_aten.optim.Adam update alone": TORCH_ADAM,
     "PYNATIVE forward cell(x)": TORCH_FORWARD,
     "PYNATIVE forward+backward": TORCH_GRAD,
     "PYNATIVE step nn.Adam": TORCH_STEP,
+    "PYNATIVE step ms_aten.optim.Adam": TORCH_STEP,
 }
 LR = 1e-4  # the training steps' learning rate
 BETAS = (0.9, 0.999)

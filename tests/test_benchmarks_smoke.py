@@ -50,5 +50,6 @@ def test_quick_model_benchmark_checks_every_route_and_counts_launches(tmp_path: 
     assert launches["GRAPH forward cell(x)"] == launches["PYNATIVE forward cell(x)"] == 1
     assert launches["GRAPH forward+backward"] == launches["PYNATIVE forward+backward"] == 2
     assert launches["GRAPH step nn.Adam"] == 2
+    assert launches["GRAPH step ms_aten.optim.Adam"] == 3  # the update is one more launch
     assert all(entry["ms"] > 0 for side in ("torch", "ms_aten") for entry in row[side].values())
     assert row["torch"]["forward"]["per_process_ms"]  # the torch side ran, apart

@@ -1,6 +1,7 @@
 #include "kernel.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <stdexcept>
 
@@ -87,6 +88,10 @@ int num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
 void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                     c10::Device device) const {
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  // One profiler event per launch, the parent of the ATen ops it runs: torch's profiler (with
+  // profile_all_threads: launches run in MindSpore's threads) then shows each launch's phases
+  // (benchmarks/profile_models.py). Without a profiler it costs a flag check.
+  RECORD_FUNCTION("ms_aten launch: " + name_, c10::ArrayRef<const c10::IValue>{});
   if (!call_ && !program_ && !family_) throw std::runtime_error(error_);
   // OpenMP's thread count is a per-thread setting, and MindSpore launches kernels from its own
   // worker threads: apply the configured count in whichever thread runs this launch.

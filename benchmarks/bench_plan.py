@@ -2,6 +2,7 @@
 the torch worker times the baselines of exactly the cases the MindSpore worker times."""
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -57,6 +58,15 @@ QUICK = Plan(ops=("leaky_relu", "softmax", "topk"), sizes=("small",),
              large=TimingConfig(warmup=1, repeats=3, target_s=0.01),
              dispatcher=TimingConfig(warmup=2, repeats=5, target_s=0.01), build_seed=False,
              out=BENCH_DIR / "results" / "quick")
+
+
+def plan_from_command_line(description: str) -> Plan:
+    """The plan a worker's command line names: --quick and --ops, as run.py passes them."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--ops")
+    args = parser.parse_args()
+    return plan_for(args.quick, args.ops)
 
 
 def plan_for(quick: bool, ops: str | None) -> Plan:

@@ -17,7 +17,6 @@ import os
 
 os.environ.setdefault("GLOG_v", "3")  # MindSpore logs errors only; must precede its import
 
-import argparse  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
@@ -34,7 +33,7 @@ from bench_plan import (  # noqa: E402
     SEED,
     THREAD_COUNTS,
     Plan,
-    plan_for,
+    plan_from_command_line,
 )
 from bench_results import MS_ATEN, NATIVE, OK, PYNATIVE, SEED_AOT, CaseResult  # noqa: E402
 from bench_runner import Kernels, in_mode, is_family, run_case, run_chain  # noqa: E402
@@ -141,11 +140,7 @@ def run_dispatcher(plan: Plan, kernels: Kernels) -> list[CaseResult]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--ops")
-    args = parser.parse_args()
-    plan = plan_for(args.quick, args.ops)
+    plan = plan_from_command_line(__doc__.splitlines()[0])
     warnings.filterwarnings("ignore", message=".*not writable.*")  # pyfunc's read-only arrays
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     seed_aot, seed_note = seed_kernel(plan.build_seed)

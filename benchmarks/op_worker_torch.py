@@ -9,14 +9,13 @@ timed round-robin (bench_timing.measure) under torch.inference_mode.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from bench_ops import by_name, flatten, mismatch
-from bench_plan import SEED, plan_for
+from bench_plan import SEED, plan_from_command_line
 from bench_timing import measure, no_sync
 from bench_workers import emit
 
@@ -37,11 +36,7 @@ def checked_call(op: str, size: str) -> Callable[[], object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--ops")
-    args = parser.parse_args()
-    plan = plan_for(args.quick, args.ops)
+    plan = plan_from_command_line(__doc__.splitlines()[0])
     default = torch.get_num_threads()
     wanted = plan.baselines()
     medians: dict[str, float] = {}

@@ -29,6 +29,7 @@ import argparse
 import collections
 import json
 import os
+import shlex
 import shutil
 import signal
 import statistics
@@ -104,7 +105,14 @@ def aten_phases(events: list, calls: int) -> dict[str, dict[str, float]]:
             for kind, split in phases.items()}
 
 
-def torch_profile(call: Callable[[], object], calls: int) -> dict:
+def op_totals(prof, calls: int) -> dict[str, list[float]]:
+    """Per ATen op: [self ms per call, calls per call], the op-by-op view of a profile."""
+    return {e.key: [e.self_cpu_time_total / calls / 1e3, e.count / calls]
+            for e in prof.key_averages() if e.key.startswith("aten::")}
+
+
+def torch_profile(call: Callable[[], object], calls: int) -> tuple[dict, dict]:
+    """The launches' phases and the ATen ops' totals, from torch's profiler on all threads."""
     import torch
 
     config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
@@ -112,7 +120,7 @@ def torch_profile(call: Callable[[], object], calls: int) -> dict:
                                 experimental_config=config) as prof:
         for _ in range(calls):
             call()
-    return aten_phases(list(prof.events()), calls)
+    return aten_phases(list(prof.events()), calls), op_totals(prof, calls)
 
 
 def mindspore_profile(call: Callable[[], object], calls: int) -> dict:
@@ -197,9 +205,9 @@ def ms_aten_worker(model: str, route: str, use_perf: bool) -> dict:
     for _ in range(3):
         route_obj.call()
     calls = 3 if "medium" in model else 10
-    result = {"wall": median_wall_ms(route_obj.call, 2 * calls),
-              "torch profiler": torch_profile(route_obj.call, calls),
-              "mindspore profiler": mindspore_profile(route_obj.call, calls)}
+    phases, ops = torch_profile(route_obj.call, calls)
+    result = {"wall": median_wall_ms(route_obj.call, 2 * calls), "torch profiler": phases,
+              "ATen ops": ops, "mindspore profiler": mindspore_profile(route_obj.call, calls)}
     if use_perf:
         result["perf"] = perf_profile(route_obj.call, 5.0)
     return result
@@ -234,43 +242,78 @@ def torch_worker(model: str) -> dict:
         top = [e for e in prof.events() if e.cpu_parent is None and e.name.startswith(
             ("aten::", "autograd::engine"))]
         result[name] = {"wall": wall, "ATen ops (top level)":
-                        sum(e.time_range.elapsed_us() for e in top) / calls / 1e3}
+                        sum(e.time_range.elapsed_us() for e in top) / calls / 1e3,
+                        "ATen ops": op_totals(prof, calls)}
     if "mindspore" in sys.modules:
         raise SystemExit("the torch worker imported MindSpore")
     return result
 
 
 def fmt(ms: float) -> str:
-    return f"{ms:.3g}"
+    return f"{ms:.3g}" if ms else "–"
+
+
+SPIN = "MindSpore waiting: AsyncRQueue::Wait spin, sched_yield loops"
+ATEN = "ATen kernels (libtorch_cpu, MKL)"
+COLUMNS = ("route", "wall", "forward kernel: ATen ops / bridge",
+           "VJP kernel: recompute / autograd backward / gradient writes / bridge",
+           "optimizer kernel", "MindSpore's own kernels (Adam)", "MindSpore: no kernel running",
+           "perf CPU: MindSpore spinning / ATen")
+
+
+def route_row(route: str, r: dict) -> list[str]:
+    """One route's phases, ms per call."""
+    torch_phases = r["torch profiler"]
+    forward = torch_phases.get("forward kernel", {})
+    vjp = torch_phases.get("VJP kernel", {})
+    optimizer = next((v for k, v in torch_phases.items() if k.startswith("optimizer")), {})
+    kernels = r["mindspore profiler"]["kernels"]
+    own = sum(v for k, v in kernels.items() if k != "Custom")
+    perf = r.get("perf") or {}
+    buckets = perf.get("cpu ms per call by bucket", {})
+    return [route, fmt(r["wall"]),
+            " / ".join(fmt(forward.get(k, 0)) for k in ("ATen ops", "bridge (outside ATen ops)")),
+            " / ".join(fmt(vjp.get(k, 0)) for k in (
+                "recompute", "autograd backward", "gradient writes (zeroing + AccumulateGrad)",
+                "bridge (outside ATen ops)")),
+            fmt(optimizer.get("launch total", 0)), f"{fmt(own)} ({fmt(kernels.get('Adam', 0))})",
+            fmt(r["mindspore profiler"]["not in any kernel (scheduling, waiting)"]),
+            f"{fmt(buckets.get(SPIN, 0))} / {fmt(buckets.get(ATEN, 0))}" if buckets
+            else perf.get("skipped", "–")]
 
 
 def report(results: dict) -> str:
+    """One table per model, ms per call: each route's phases (every profiler's figures are in
+    profile_runs.json)."""
     lines = []
     for model, data in results.items():
         eager = data["torch eager"]
         lines += [f"## {model}", "",
-                  f"torch eager, own process: forward {fmt(eager['forward']['wall'])} ms wall, "
-                  f"of which ATen ops {fmt(eager['forward']['ATen ops (top level)'])} ms; "
-                  f"forward+backward {fmt(eager['forward+backward']['wall'])} ms wall, ATen ops "
-                  f"and autograd {fmt(eager['forward+backward']['ATen ops (top level)'])} ms.",
-                  "", "| route | wall ms | phase | ms per call |", "|---|---:|---|---:|"]
-        for route, r in data["routes"].items():
-            rows = []
-            for kind, split in r["torch profiler"].items():
-                rows += [(f"{kind}: {k}", v) for k, v in split.items()]
-            ms_prof = r["mindspore profiler"]
-            rows += [(f"MindSpore kernel {k}", v) for k, v in list(ms_prof["kernels"].items())[:6]]
-            rows.append(("MindSpore: no kernel running (scheduling, waiting)",
-                         ms_prof["not in any kernel (scheduling, waiting)"]))
-            perf = r.get("perf")
-            if perf and "skipped" not in perf:
-                rows += [(f"perf CPU: {k}", v)
-                         for k, v in perf["cpu ms per call by bucket"].items() if v >= 0.05]
-            for i, (phase, value) in enumerate(rows):
-                head = f"{route} | {fmt(r['wall'])}" if i == 0 else " | "
-                lines.append(f"| {head} | {phase} | {fmt(value)} |")
-        lines.append("")
+                  f"torch eager, own process: forward {fmt(eager['forward']['wall'])} ms wall "
+                  f"(ATen ops {fmt(eager['forward']['ATen ops (top level)'])}); forward+backward "
+                  f"{fmt(eager['forward+backward']['wall'])} ms wall (ATen ops and autograd "
+                  f"{fmt(eager['forward+backward']['ATen ops (top level)'])}).", "",
+                  "| " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
+        lines += ["| " + " | ".join(route_row(route, r)) + " |"
+                  for route, r in data["routes"].items()]
+        lines += ["", *forward_ops(eager["forward"], data["routes"].get(ROUTES[0])), ""]
     return "\n".join(lines)
+
+
+def forward_ops(eager: dict, ours: dict | None, rows: int = 10) -> list[str]:
+    """The forward op by op, torch eager's ATen ops against the kernel's: self ms per call."""
+    if ours is None or "ATen ops" not in ours or "ATen ops" not in eager:
+        return []
+    theirs, mine = eager["ATen ops"], ours["ATen ops"]
+    names = sorted(set(theirs) | set(mine),
+                   key=lambda n: -max(theirs.get(n, [0])[0], mine.get(n, [0])[0]))[:rows]
+    lines = ["The forward op by op (self ms per call, and calls per forward):", "",
+             "| ATen op | torch eager | ms_aten kernel |", "|---|---:|---:|"]
+    for name in names:
+        cells = [f"{fmt(t[0])} (×{t[1]:.0f})" if (t := side.get(name)) else "–"
+                 for side in (theirs, mine)]
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -315,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     started = tuple(round(x, 2) for x in load)
     (args.out / f"{stem}.md").write_text(
         f"# Where the time goes: per-phase profiles\n\n"
-        f"`python benchmarks/profile_models.py {' '.join(argv or sys.argv[1:])}` (load average "
+        f"`python benchmarks/profile_models.py {shlex.join(argv or sys.argv[1:])}` (load average "
         f"at start {started}" + (f"; the ms_aten workers ran with {ms_env}" if ms_env else "")
         + (f"; {args.note}" if args.note else "") + f")\n\n{method}\n{table}\n")
 

@@ -29,6 +29,7 @@ TORCH_SOURCES = ["boundary/entry.cpp", "boundary/ms_ext.cpp", "kernel.cpp", "vie
                  "program/program.cpp", "program/family.cpp", "program/scalars.cpp",
                  "program/saved.cpp",
                  "op/spec.cpp", "op/results.cpp", "op/grad.cpp", "op/infer.cpp", "op/bounded.cpp",
+                 "op/mutate.cpp",
                  "device/cpu.cpp", "device/cuda.cpp", "device/npu.cpp"]
 
 

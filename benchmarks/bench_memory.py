@@ -1,120 +1,99 @@
-"""Peak memory of a whole-model backward: torch's forward+backward against ms_aten's program
-VJP (which recomputes the forward under autograd), launched through the library's C API on the
-same weights and data, in one process.
+"""Peak memory of a whole model's forward and of its forward+backward: ms_aten in GRAPH mode
+against torch eager, each measured alone in fresh processes.
 
-    .venv/bin/python benchmarks/bench_memory.py [--model gpt2-medium]
+    .venv/bin/python benchmarks/bench_memory.py [--models gpt2-medium bert-medium]
+        [--processes 3]
 
-Each route runs once in a fresh process (freed memory stays with the allocator, so a route
-measured after another would look free) after the same setup, and after a reset of the
-process's peak resident size (Linux: writing 5 to /proc/self/clear_refs); its figure is the
-peak during the route minus the resident size before it.
+Each figure is the peak resident memory one call adds, after two warm-up calls, in a fresh
+worker process (bench_models.py's workers, `--measure memory`): the peak (VmHWM) is reset by
+writing 5 to /proc/self/clear_refs before the call, and the resident size then is subtracted.
+What the warm-up left allocated (weights, torch's gradients, kept and zeroed; MindSpore's
+memory pool, which holds ms_aten's gradient buffers) counts in neither side's figure: the
+figures are the activations and temporaries of one call. glibc's malloc is told to return
+every block of 128 KiB or more to the system at once (GLIBC_TUNABLES), on both sides, so that
+freed memory does not stay resident and hide the next call's peak. Each route runs in
+--processes processes, torch's and ms_aten's alternating; the figure is the median.
+Writes benchmarks/results/memory.{md,json}.
 """
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
-import subprocess
-import sys
-from collections.abc import Callable
+import json
+import os
+import statistics
 from pathlib import Path
 
-import torch
+from bench_models import BENCH, run_worker
+from model_bench import CONFIGS, TORCH_FORWARD, TORCH_GRAD
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-import models  # noqa: E402
-
-import ms_aten  # noqa: E402
-from ms_aten.native import library  # noqa: E402
-from ms_aten.native.dtypes import spec_name  # noqa: E402
-
-MODELS = {
-    "gpt2-medium": lambda: models.gpt2(layers=4, hidden=256, heads=4, seq=128, vocab=1000),
-    "bert-medium": lambda: models.bert(layers=4, hidden=256, heads=4, seq=128, vocab=1000),
+PAIRS = {  # torch route -> the ms_aten route measured against it
+    TORCH_FORWARD: "GRAPH forward cell(x)",
+    TORCH_GRAD: "GRAPH forward+backward",
 }
+# Fixed thresholds also stop glibc from raising them as big blocks are freed.
+MALLOC = "glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072"
 
 
-def status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
+def measure(model: str, processes: int) -> dict:
+    figures: dict[str, dict[str, list[dict]]] = {}
+    for p in range(processes):
+        for torch_route, ms_route in PAIRS.items():
+            jobs = [("torch", torch_route), ("ms_aten", ms_route)]
+            for side, route in jobs if p % 2 == 0 else jobs[::-1]:
+                result = run_worker(side, model, route, ["--measure", "memory"],
+                                    {"GLIBC_TUNABLES": MALLOC})
+                figures.setdefault(torch_route, {}).setdefault(side, []).append(
+                    result["memory"][route])
+    rows = {}
+    for torch_route, sides in figures.items():
+        row = {"ms_aten route": PAIRS[torch_route]}
+        for side, runs in sides.items():
+            row[side] = {"peak_mib": statistics.median(r["peak_mib"] for r in runs),
+                         "rss_mib": statistics.median(r["rss_mib"] for r in runs),
+                         "per_process_peak_mib": [r["peak_mib"] for r in runs]}
+        torch_peak = row["torch"]["peak_mib"]
+        row["ratio"] = row["ms_aten"]["peak_mib"] / torch_peak if torch_peak > 0 else None
+        rows[torch_route] = row
+    return rows
 
 
-def peak_mib(fn: Callable[[], object]) -> float:
-    """Peak resident memory added while fn runs, in MiB."""
-    gc.collect()
-    Path("/proc/self/clear_refs").write_text("5")
-    before = status_kib("VmRSS")
-    fn()
-    return (status_kib("VmHWM") - before) / 1024
-
-
-def launcher(spec: str, tensors: list[torch.Tensor]) -> Callable[[], None]:
-    """A program kernel launched on torch tensors' buffers through ms_aten_kernel_launch."""
-    lib = library.load()
-    lib.ms_aten_kernel_create.restype = ctypes.c_void_p
-    kernel = ctypes.c_void_p(lib.ms_aten_kernel_create(spec.encode(), None))
-    n = len(tensors)
-    params = (ctypes.c_void_p * n)(*[t.data_ptr() for t in tensors])
-    ndims = (ctypes.c_int * n)(*[t.dim() for t in tensors])
-    sizes = [(ctypes.c_int64 * max(t.dim(), 1))(*t.shape) for t in tensors]
-    shapes = (ctypes.POINTER(ctypes.c_int64) * n)(
-        *[ctypes.cast(s, ctypes.POINTER(ctypes.c_int64)) for s in sizes])
-    names = (ctypes.c_char_p * n)(*[spec_name(t.dtype).encode() for t in tensors])
-    error = ctypes.create_string_buffer(4096)
-
-    def run() -> None:
-        keep = (tensors, sizes)  # the buffers must outlive every launch
-        if lib.ms_aten_kernel_launch(kernel, n, params, ndims, shapes, names, error, 4096):
-            raise RuntimeError(error.value.decode())
-        del keep
-
-    return run
-
-
-ROUTES = ("torch forward+backward", "ms_aten program VJP (recompute + backward)",
-          "ms_aten program forward")
-
-
-def measure(model: str, route: str) -> float:
-    torch.manual_seed(0)
-    case = MODELS[model]()
-    module, x = case.module, case.inputs[0]
-    program = ms_aten.module(module, case.inputs).program
-    weights = [t.detach() for _, t in [*module.named_parameters(), *module.named_buffers()]]
-    inputs = [*weights, x]
-    outputs = [torch.empty(s, dtype=d)
-               for s, d in zip(program.output_shapes, program.output_dtypes, strict=True)]
-    rng = [torch.get_rng_state()] if program.random else []  # what a forward records
-    cotangents = [torch.randn(s) for s in program.output_shapes]
-
-    def torch_backward() -> None:
-        models.logits(module(x)).backward(cotangents[0])
-
-    run = {ROUTES[0]: torch_backward,
-           ROUTES[1]: launcher(program.vjp_spec, inputs + cotangents + rng
-                               + [torch.empty_like(t) for t in inputs]),
-           ROUTES[2]: launcher(program.spec, inputs + outputs + rng)}[route]
-    return peak_mib(run)
+def report(results: dict[str, dict]) -> str:
+    lines = ["| model | torch route | torch peak MiB | ms_aten route | ms_aten peak MiB | ratio "
+             "| resident before, torch / ms_aten MiB | per process, torch / ms_aten |",
+             "|---|---|---:|---|---:|---:|---:|---|"]
+    for model, rows in results.items():
+        for route, row in rows.items():
+            t, m = row["torch"], row["ms_aten"]
+            ratio = f"×{row['ratio']:.2f}" if row["ratio"] is not None else "–"
+            lines.append(
+                f"| {model} | {route} | {t['peak_mib']:.1f} | {row['ms_aten route']} | "
+                f"{m['peak_mib']:.1f} | {ratio} | {t['rss_mib']:.0f} / "
+                f"{m['rss_mib']:.0f} | {', '.join(f'{x:.1f}' for x in t['per_process_peak_mib'])}"
+                f" / {', '.join(f'{x:.1f}' for x in m['per_process_peak_mib'])} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=list(MODELS), default="gpt2-medium")
-    parser.add_argument("--route", choices=ROUTES, help="measure one route (a worker)")
+    parser.add_argument("--models", nargs="*", choices=list(CONFIGS),
+                        default=["gpt2-medium", "bert-medium"])
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--note", default="")
+    parser.add_argument("--out", type=Path, default=BENCH / "results")
     args = parser.parse_args(argv)
-    if args.route:
-        print(measure(args.model, args.route))
-        return
-    figures = []
-    for route in ROUTES:
-        done = subprocess.run([sys.executable, __file__, "--model", args.model, "--route", route],
-                              capture_output=True, text=True, check=True)
-        figures.append(f"{route} {float(done.stdout.split()[-1]):.1f}")
-    print(f"{args.model}: peak memory added (MiB): " + ", ".join(figures))
+    load_start = os.getloadavg()
+    results = {model: measure(model, args.processes) for model in args.models}
+    table = report(results)
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "memory.json").write_text(json.dumps(results, indent=1))
+    method = __doc__.split("\n\n", 2)[2].split("\nWrites", 1)[0]
+    (args.out / "memory.md").write_text(
+        f"# Peak memory: ms_aten against torch eager\n\n{method}\n"
+        f"\n{args.processes} processes per route; load average at start "
+        f"{tuple(round(x, 2) for x in load_start)}, at end "
+        f"{tuple(round(x, 2) for x in os.getloadavg())}"
+        + (f"; {args.note}" if args.note else "") + f"\n\n{table}\n")
 
 
 if __name__ == "__main__":

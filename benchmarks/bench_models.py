@@ -1,231 +1,229 @@
-"""Whole models: ms_aten.module in GRAPH mode against torch eager, side by side in one process.
+"""Whole models: ms_aten.module against torch eager, each route timed alone in fresh processes.
 
-    .venv/bin/python benchmarks/bench_models.py            # tiny and medium GPT-2 and BERT
-    .venv/bin/python benchmarks/bench_models.py --quick    # tiny only, few repeats (CI smoke)
+    .venv/bin/python benchmarks/bench_models.py                 # GPT-2 tiny and medium, BERT medium
+    .venv/bin/python benchmarks/bench_models.py --quick         # tiny GPT-2, a smoke run (CI)
+    .venv/bin/python benchmarks/bench_models.py --models gpt2-tiny --processes 5 \\
+        --note "under load: two other engineers' builds"
 
-Per model: the forward (torch under no_grad; the ms_aten Cell compiled in GRAPH mode), the
-forward and backward (torch's backward against a jitted ms.value_and_grad), one training step
-(forward, backward and Adam: torch.optim.Adam against a jitted MindSpore step with nn.Adam),
-the same forward replayed node by node through per-op `ms_aten.op` calls in PYNATIVE
-mode, for contrast, and the ms_aten kernel launches per forward. Routes are timed in turns,
-repeat after repeat, and each reports its median; results are checked against torch first.
-Writes benchmarks/results/models.{md,json}.
+Method:
+- torch eager runs in model_worker_torch.py, a process that never imports MindSpore (it checks);
+  ms_aten in model_worker_ms_aten.py, a process of its own. MindSpore's runtime threads slow
+  torch eager down several times when both share a process.
+- One route per process: routes timed in turns in one process slow each other down (a
+  forward+backward timed between forwards took ten times as long), and users run one loop.
+  Each route runs in --processes fresh processes (default 3), torch's and ms_aten's
+  alternating, the order reversed every other round; a process's figure is the median of its
+  samples (bench_timing.measure), the route's figure the median over its processes.
+- Before timing, the ms_aten worker checks its route against torch eager in its own process:
+  the logits, the loss and every gradient, the weights after one Adam step. Both workers report
+  a fingerprint of torch's forward, so all processes of a model provably ran the same weights
+  and data.
+- Every ms_aten call ends with MindSpore's executor sync; the forward+backward returns the loss
+  and every gradient (returning only the loss lets MindSpore prune the backward), and each
+  route's ms_aten kernel launches per call are reported beside its time.
+- ATen's default threads on both sides (one per core), unless --threads.
+--quick times every route of tiny GPT-2 in one process per side, in turns: a check that every
+route runs and launches what it should, not a measurement.
+Writes benchmarks/results/models.{md,json} (--out DIR elsewhere; --quick only with --out).
 """
 from __future__ import annotations
 
 import argparse
-import copy
+import datetime
 import json
-import operator
+import os
+import platform
 import statistics
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import mindspore as ms
-import numpy as np
-import torch
-from mindspore import nn
+import bench_workers
+from model_bench import CONFIGS, MS_ATEN_ROUTES, TORCH_ROUTES, TORCH_STEP, TORCH_STEP_FUSED
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-import models  # noqa: E402  (tests/models.py: the model factories the tests use)
-
-import ms_aten  # noqa: E402
-from ms_aten import to_ms  # noqa: E402
-from ms_aten.programs import capture  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
-CONFIGS = {
-    "gpt2-tiny": lambda: models.gpt2(),
-    "bert-tiny": lambda: models.bert(),
-    "gpt2-medium": lambda: models.gpt2(layers=4, hidden=256, heads=4, seq=128, vocab=1000),
-    "bert-medium": lambda: models.bert(layers=4, hidden=256, heads=4, seq=128, vocab=1000),
-}
+BENCH = Path(__file__).resolve().parent
+WORKERS = {"torch": BENCH / "model_worker_torch.py", "ms_aten": BENCH / "model_worker_ms_aten.py"}
+DEFAULT_MODELS = ("gpt2-tiny", "gpt2-medium", "bert-medium")
 
 
-def per_op_forward(cell: ms_aten.TorchModule) -> Callable[[ms.Tensor], ms.Tensor]:
-    """The exported graph replayed node by node, one ms_aten.op per node (PYNATIVE)."""
-    exported = capture.export(cell._torch_module, cell._example, "per-op")
-    graph = exported.graph_module.graph
-    weights = dict(zip(cell._weight_names, cell.weights, strict=True))
-    steps = []
-    for node in graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem:
-            continue
-        schema = node.target._schema
-        constants, tensors = {}, []
-        for position, arg in enumerate(schema.arguments):
-            given = node.kwargs.get(arg.name) if (arg.kwarg_only or position >= len(node.args)) \
-                else node.args[position]
-            if constants.is_tensor_arg(arg):
-                tensors.append(given)
-            elif arg.name in node.kwargs or position < len(node.args):
-                constants[arg.name] = given
-        name = f"{schema.name}.{schema.overload_name or 'default'}".replace(".default", "")
-        steps.append((node, ms_aten.op(name, **constants), tensors))
-
-    def forward(x: ms.Tensor) -> ms.Tensor:
-        values = {}
-        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-        for node, spec in zip(placeholders, exported.graph_signature.input_specs, strict=True):
-            values[node] = x if spec.target is None else weights[
-                cell._aliases.get(spec.target, spec.target)]
-        def value(item):  # a graph value, or a Python number / None passed as it is
-            return values[item] if isinstance(item, torch.fx.Node) else item
-
-        for node, op, tensors in steps:
-            args = [tuple(map(value, a)) if isinstance(a, (list, tuple)) else value(a)
-                    for a in tensors]
-            result = op(*args)
-            values[node] = result
-            for user in node.users:
-                if user.target is operator.getitem:
-                    values[user] = result[user.args[1]]
-        output = next(n for n in graph.nodes if n.op == "output").args[0]
-        return values[output[-1]]
-
-    return forward
+def run_worker(side: str, model: str, route: str | None, extra: list[str],
+               env: dict[str, str] | None = None) -> dict:
+    """One fresh worker process for `model` (and `route`, else every route); its result."""
+    arguments = ["--model", model, *extra] + (["--route", route] if route is not None else [])
+    return bench_workers.run(WORKERS[side], arguments, env)
 
 
-def timed(fn: Callable[[], object], iterations: int) -> float:
-    start = time.perf_counter()
-    for _ in range(iterations):
-        fn()
-    return (time.perf_counter() - start) / iterations
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    """--ms-env KEY=VALUE ... as a dict (a malformed pair is an argparse-style error)."""
+    if any("=" not in pair for pair in pairs):
+        raise SystemExit(f"--ms-env takes KEY=VALUE pairs, got {pairs}")
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
-def bench(name: str, repeats: int, iterations: int) -> dict:
-    torch.manual_seed(0)
-    case = CONFIGS[name]()
-    module, x_torch, target_torch = case.module, case.inputs[0], case.target
-    ms.set_context(mode=ms.GRAPH_MODE)
-    cell = ms_aten.module(copy.deepcopy(module), case.inputs)
-    x, target = to_ms(x_torch), to_ms(target_torch)
-
-    with torch.no_grad():
-        expected = models.logits(module(x_torch)).numpy()
-    got = cell(x).asnumpy()
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
-    before = ms_aten.launch_count()
-    cell(x).asnumpy()
-    launches = ms_aten.launch_count() - before
-
-    optimizer = nn.Adam(cell.trainable_params(), learning_rate=1e-4)
-    grad_fn = ms.value_and_grad(models.LossCell(cell, case.loss), None, optimizer.parameters)
-
-    @ms.jit
-    def ms_grad(tokens, labels):
-        return grad_fn(tokens, labels)[0]
-
-    @ms.jit
-    def ms_step(tokens, labels):
-        loss, grads = grad_fn(tokens, labels)
-        optimizer(grads)
-        return loss
-
-    torch_model = copy.deepcopy(module)
-    torch_optimizer = torch.optim.Adam(torch_model.parameters(), lr=1e-4)
-
-    def torch_step() -> float:
-        torch_optimizer.zero_grad()
-        loss = models.torch_loss(case.loss, models.logits(torch_model(x_torch)), target_torch)
-        loss.backward()
-        torch_optimizer.step()
-        return loss.item()
-
-    def torch_grad() -> float:
-        torch_model.zero_grad()
-        loss = models.torch_loss(case.loss, models.logits(torch_model(x_torch)), target_torch)
-        loss.backward()
-        return loss.item()
-
-    def torch_forward():
-        with torch.no_grad():
-            return module(x_torch)
-
-    routes = {
-        "torch forward": torch_forward,
-        "ms_aten forward": lambda: cell(x).asnumpy(),
-        "torch fwd+bwd": torch_grad,
-        "ms_aten fwd+bwd": lambda: float(ms_grad(x, target)),
-        "torch train step": torch_step,
-        "ms_aten train step": lambda: float(ms_step(x, target)),
-    }
-    try:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-        replay = per_op_forward(cell)
-        np.testing.assert_allclose(replay(x).asnumpy(), expected, rtol=1e-4, atol=1e-5)
-        per_op_error = None
-    except Exception as error:  # noqa: BLE001  (reported in the table, not fatal)
-        replay, per_op_error = None, f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
-    times: dict[str, list[float]] = {route: [] for route in routes}
-    if replay is not None:
-        times["per-op ms_aten.op forward (PYNATIVE)"] = []
-    for _ in range(repeats):
-        ms.set_context(mode=ms.GRAPH_MODE)
-        for route, fn in routes.items():
-            fn()  # warm (compiles on the first repeat)
-            times[route].append(timed(fn, iterations))
-        if replay is not None:
-            ms.set_context(mode=ms.PYNATIVE_MODE)
-            replay(x).asnumpy()
-            times["per-op ms_aten.op forward (PYNATIVE)"].append(
-                timed(lambda: replay(x).asnumpy(), max(1, iterations // 4)))
-    median = {route: statistics.median(values) for route, values in times.items()}
-    return {"model": name, "nodes": cell.program.n_nodes, "launches_per_forward": launches,
-            "ms": {route: 1e3 * t for route, t in median.items()},
-            "forward_ratio": median["ms_aten forward"] / median["torch forward"],
-            "grad_ratio": median["ms_aten fwd+bwd"] / median["torch fwd+bwd"],
-            "train_ratio": median["ms_aten train step"] / median["torch train step"],
-            "per_op_ratio": (median["per-op ms_aten.op forward (PYNATIVE)"]
-                             / median["torch forward"]) if replay is not None else None,
-            "per_op_error": per_op_error}
+def schedule(routes: list[tuple[str, str]], processes: int) -> list[tuple[str, str]]:
+    """Every (side, route) once per round; the sides alternate, and every other round runs
+    backwards, so that a drift in the machine's load falls on both sides alike."""
+    torch_jobs = [job for job in routes if job[0] == "torch"]
+    ms_jobs = [job for job in routes if job[0] == "ms_aten"]
+    one_round: list[tuple[str, str]] = []
+    for i in range(max(len(torch_jobs), len(ms_jobs))):
+        one_round += torch_jobs[i:i + 1] + ms_jobs[i:i + 1]
+    return [job for r in range(processes) for job in (one_round if r % 2 == 0
+                                                       else one_round[::-1])]
 
 
-def report(rows: list[dict]) -> str:
-    lines = ["| model | ATen nodes | launches / forward | torch fwd ms | ms_aten fwd ms "
-             "| fwd ratio | fwd+bwd ratio | torch step ms | ms_aten step ms | step ratio "
-             "| per-op fwd ratio |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        t = r["ms"]
-        per_op = f"{r['per_op_ratio']:.1f}x" if r["per_op_ratio"] else f"n/a ({r['per_op_error']})"
-        lines.append(
-            f"| {r['model']} | {r['nodes']} | {r['launches_per_forward']} | "
-            f"{t['torch forward']:.2f} | {t['ms_aten forward']:.2f} | {r['forward_ratio']:.2f}x | "
-            f"{r['grad_ratio']:.2f}x | "
-            f"{t['torch train step']:.2f} | {t['ms_aten train step']:.2f} | "
-            f"{r['train_ratio']:.2f}x | {per_op} |")
+def bench_model(model: str, routes: list[str], processes: int, extra: list[str], quick: bool,
+                ms_env: dict[str, str]) -> dict:
+    """The ms_aten `routes` of `model` and the torch routes they are compared with (and torch's
+    fused Adam step beside its default one): per-process figures, then their median and the
+    ratio to torch; `ms_env` is added to the ms_aten workers' environment."""
+    wanted = {MS_ATEN_ROUTES[r] for r in routes}
+    if TORCH_STEP in wanted:
+        wanted.add(TORCH_STEP_FUSED)
+    jobs = [("torch", r) for r in TORCH_ROUTES if r in wanted] + [("ms_aten", r) for r in routes]
+    runs: dict[tuple[str, str], list[dict]] = {job: [] for job in jobs}
+    if quick:  # every route of a side in one process, in turns
+        for side in ("torch", "ms_aten"):
+            result = run_worker(side, model, None, extra, ms_env if side == "ms_aten" else None)
+            for route in result["routes"]:
+                if (side, route) in runs:
+                    runs[(side, route)].append(result)
+    else:
+        for side, route in schedule(jobs, processes):
+            started = time.perf_counter()
+            result = run_worker(side, model, route, extra, ms_env if side == "ms_aten" else None)
+            runs[(side, route)].append(result)
+            print(f"  {model} {side:7} {route:28} {result['routes'][route]['ms']:9.3f} ms "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+    fingerprints = {r["fingerprint"] for results in runs.values() for r in results}
+    if max(fingerprints) - min(fingerprints) > 1e-6 * max(fingerprints):
+        raise RuntimeError(f"{model}: the processes ran different weights or data "
+                           f"(torch's forward fingerprints {sorted(fingerprints)})")
+    row: dict = {"nodes": next(r["nodes"] for r in runs[jobs[-1]]), "torch": {}, "ms_aten": {}}
+    for (side, route), results in runs.items():
+        figures = [r["routes"][route]["ms"] for r in results]
+        entry = {"ms": statistics.median(figures), "per_process_ms": figures}
+        if side == "ms_aten":
+            launches = {r["launches"][route] for r in results}
+            entry["launches"] = launches.pop() if len(launches) == 1 else sorted(launches)
+            entry["vs"] = MS_ATEN_ROUTES[route]
+        row[side][route] = entry
+    for entry in row["ms_aten"].values():
+        entry["ratio"] = entry["ms"] / row["torch"][entry["vs"]]["ms"]
+    row["meta"] = {side: runs[(side, route)][0]["meta"] for side, route in jobs[:1] + jobs[-1:]}
+    return row
+
+
+def ratio_cell(entry: dict, torch_ms: float) -> str:
+    return f"×{entry['ratio']:.2f} ({entry['ms']:.3g} vs {torch_ms:.3g} ms)"
+
+
+SUMMARY = ("GRAPH forward cell(x)", "GRAPH forward+backward", "GRAPH step ms_aten.optim.Adam",
+           "GRAPH step nn.Adam", "PYNATIVE forward cell(x)", "PYNATIVE step ms_aten.optim.Adam")
+
+
+def best_ratio(entry: dict, ref: dict) -> float:
+    """The fastest process's figure against torch's fastest: on a loaded machine a process can
+    run several times slower throughout (both sides), and with three processes two such can
+    carry the median; the best of each side is the steadier comparison there."""
+    return min(entry["per_process_ms"]) / min(ref["per_process_ms"])
+
+
+def report(rows: dict[str, dict]) -> str:
+    summary = [r for r in SUMMARY if all(r in row["ms_aten"] for row in rows.values())]
+    lines = ["Median of the processes (the best process's ratio in brackets):", "",
+             "| " + " | ".join(["model", *summary]) + " |", "|---|" + "---:|" * len(summary)]
+    for model, row in rows.items():
+        cells = [f"{ratio_cell(row['ms_aten'][r], row['torch'][MS_ATEN_ROUTES[r]]['ms'])} "
+                 f"[×{best_ratio(row['ms_aten'][r], row['torch'][MS_ATEN_ROUTES[r]]):.2f}]"
+                 for r in summary]
+        lines.append(f"| {model} ({row['nodes']} ATen calls) | " + " | ".join(cells) + " |")
+    for model, row in rows.items():
+        lines += ["", f"**{model}**", "",
+                  "| ms_aten route | ms | launches / call | torch route | torch ms | ratio | "
+                  "best ratio | ms_aten per process | torch per process |",
+                  "|---|---:|---:|---|---:|---:|---:|---|---|"]
+        for route, entry in row["ms_aten"].items():
+            ref = row["torch"][entry["vs"]]
+            lines.append(
+                f"| {route} | {entry['ms']:.3f} | {entry['launches']} | {entry['vs']} | "
+                f"{ref['ms']:.3f} | ×{entry['ratio']:.2f} | ×{best_ratio(entry, ref):.2f} | "
+                f"{', '.join(f'{x:.3g}' for x in entry['per_process_ms'])} | "
+                f"{', '.join(f'{x:.3g}' for x in ref['per_process_ms'])} |")
+        if TORCH_STEP_FUSED in row["torch"]:
+            fused = row["torch"][TORCH_STEP_FUSED]
+            lines.append(f"| (torch's step with Adam(fused=True)) | | | | {fused['ms']:.3f} | | "
+                         f"| | {', '.join(f'{x:.3g}' for x in fused['per_process_ms'])} |")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def write_markdown(results: Path) -> Path:
+    """The report of a results JSON, beside it as .md (--from-json rewrites it alone)."""
+    data = json.loads(results.read_text())
+    meta, rows = data["meta"], data["models"]
+    method = __doc__.split("Method:\n", 1)[1].split("\nWrites", 1)[0]
+    samples = meta["samples"]
+    markdown = results.with_suffix(".md")
+    markdown.write_text(
+        f"# Whole models: ms_aten against torch eager\n\n"
+        f"- {meta['date']}; {meta['host']}; {meta['wall_s']} s\n"
+        f"- load average (1/5/15 min) at start {tuple(meta['loadavg_start'])}, at end "
+        f"{tuple(meta['loadavg_end'])}\n"
+        f"- {meta['processes_per_route']} processes per route; per process the median of "
+        f"{samples['repeats']} samples of at least {samples['target_s']} s\n"
+        + (f"- note: {meta['note']}\n" if meta["note"] else "")
+        + (f"- the ms_aten workers ran with {meta['ms_env']}\n" if meta["ms_env"] else "")
+        + f"\nMethod:\n{method}\n\n{report(rows)}\n")
+    return markdown
+
+
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny models, few repeats")
-    parser.add_argument("--models", nargs="*", default=None)
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny GPT-2, every route in one process per side (a smoke run)")
+    parser.add_argument("--models", nargs="*", choices=list(CONFIGS))
+    parser.add_argument("--routes", nargs="*", choices=list(MS_ATEN_ROUTES),
+                        default=list(MS_ATEN_ROUTES), help="ms_aten routes (default: all)")
+    parser.add_argument("--processes", type=int, default=3, help="fresh processes per route")
     parser.add_argument("--threads", type=int, default=0,
-                        help="ATen threads for both torch eager and ms_aten (0: ATen's default)")
+                        help="ATen threads on both sides (0: ATen's default)")
+    parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
+    parser.add_argument("--ms-env", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="environment for the ms_aten workers only, e.g. "
+                             "MS_DEV_HOST_BLOCKING_RUN=1 (a what-if; the figures are then "
+                             "written under models_<KEY>.md)")
+    parser.add_argument("--out", type=Path, help="folder for models.{md,json}")
+    parser.add_argument("--from-json", type=Path, help="only rewrite the .md of a results JSON")
     args = parser.parse_args(argv)
-    ms.set_device("CPU")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-        ms_aten.set_num_threads(args.threads)
-    names = args.models or ([n for n in CONFIGS if "tiny" in n] if args.quick else list(CONFIGS))
-    repeats, iterations = (2, 3) if args.quick else (7, 10)
-    rows = [bench(name, repeats, iterations) for name in names]
-    table = report(rows)
-    print(table)
-    if not args.quick:
-        RESULTS.mkdir(exist_ok=True)
-        stem = f"models_threads{args.threads}" if args.threads else "models"
-        (RESULTS / f"{stem}.json").write_text(json.dumps(rows, indent=1))
-        (RESULTS / f"{stem}.md").write_text(
-            f"torch {torch.__version__}, MindSpore {ms.__version__}, CPU, "
-            f"{torch.get_num_threads()} threads; median of {repeats} repeats of {iterations} "
-            f"calls, routes in turns.\n\n{table}\n")
+    if args.from_json:
+        print(f"wrote {write_markdown(args.from_json)}")
+        return json.loads(args.from_json.read_text())["models"]
+    names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))
+    repeats, target_s = (2, 0.02) if args.quick else (5, 0.2)
+    extra = ["--repeats", str(repeats), "--target-s", str(target_s), "--threads",
+             str(args.threads)]
+    started, load_start = time.time(), os.getloadavg()
+    ms_env = parse_env(args.ms_env)
+    rows = {}
+    for name in names:
+        print(f"{name}:", flush=True)
+        rows[name] = bench_model(name, args.routes, 1 if args.quick else args.processes, extra,
+                                 args.quick, ms_env)
+    meta = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "host": f"{platform.platform()}, {os.cpu_count()} CPUs",
+            "loadavg_start": [round(x, 2) for x in load_start],
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            "wall_s": round(time.time() - started), "note": args.note, "quick": args.quick,
+            "processes_per_route": 1 if args.quick else args.processes,
+            "samples": {"repeats": repeats, "target_s": target_s}, "threads": args.threads,
+            "ms_env": ms_env}
+    print(report(rows))
+    out = args.out or (None if args.quick else BENCH / "results")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        parts = ["models"] + ([f"threads{args.threads}"] if args.threads else []) + list(ms_env)
+        path = out / f"{'_'.join(parts)}.json"
+        path.write_text(json.dumps({"meta": meta, "models": rows}, indent=1))
+        write_markdown(path)
     return rows
 
 

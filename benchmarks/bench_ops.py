@@ -1,9 +1,8 @@
-"""The benchmarked ops: inputs per size, torch's reference, ATen's out= call, the ms_aten op and
-MindSpore's native equivalents.
+"""The benchmarked ops: inputs per size, torch's reference, ATen's out= call and the ms_aten op
+(MindSpore's native equivalents are in bench_natives.py).
 
-Native equivalents are module-level functions of the call-time tensors, so MindSpore's GRAPH
-parser can compile them inside an nn.Cell; an op may have several (ops.* and mint.*), each is
-measured on its own and reported "n/a" with MindSpore's reason where it has no CPU kernel.
+Imports torch only: the op benchmark's torch worker (op_worker_torch.py) times ATen's out= calls
+in a process that never imports MindSpore.
 """
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from mindspore import mint, ops
 
 Arrays = list[np.ndarray]
 InputMaker = Callable[[np.random.Generator], Arrays]
@@ -25,14 +23,6 @@ TOPK = 5
 LN_EPS = 1e-5
 
 ELEMENTWISE, REDUCTION, OTHER = "elementwise", "reduction", "other"
-
-
-@dataclass(frozen=True)
-class Native:
-    """One native MindSpore equivalent, as reported (label) and as called (fn)."""
-
-    label: str
-    fn: Callable
 
 
 @dataclass(frozen=True)
@@ -51,7 +41,6 @@ class OpCase:
     sizes: dict[str, InputMaker]
     reference: Callable[..., TorchOut]
     aten_out: Callable[[Sequence[torch.Tensor]], Callable[[], object]]
-    natives: tuple[Native, ...]
     kind: str = OTHER
     tolerance: tuple[float, float] = (1e-4, 1e-5)  # rtol, atol
     chainable: bool = True
@@ -61,6 +50,29 @@ class OpCase:
 def flatten(result: TorchOut) -> list[torch.Tensor]:
     """A torch result as a list of tensors."""
     return [result] if isinstance(result, torch.Tensor) else list(result)
+
+
+def mismatch(got: Sequence[np.ndarray], expected: Sequence[torch.Tensor], first_input: np.ndarray,
+             tolerance: tuple[float, float], indexed: bool = False) -> str | None:
+    """Why `got` differs from torch's `expected`, or None when it matches. indexed: outputs are
+    (values, indices) along the last dim of `first_input`; indices are checked by gathering."""
+    if len(got) != len(expected):
+        return f"{len(got)} outputs, torch gives {len(expected)}"
+    rtol, atol = tolerance
+    if indexed:
+        values, indices = got
+        gathered = np.take_along_axis(first_input, indices.astype(np.int64), axis=-1)
+        if not np.array_equal(gathered, values):
+            return "indices do not point at the values"
+        got, expected = got[:1], expected[:1]
+    for i, (actual, want) in enumerate(zip(got, expected, strict=True)):
+        want = want.numpy()
+        if actual.shape != want.shape:
+            return f"output {i} has shape {actual.shape}, torch gives {want.shape}"
+        if not np.allclose(actual, want, rtol=rtol, atol=atol, equal_nan=True):
+            error = np.nanmax(np.abs(actual.astype(np.float64) - want))
+            return f"output {i} differs from torch by up to {error:.3g}"
+    return None
 
 
 def _bind_like_reference(reference: Callable[..., TorchOut], call: OutCall):
@@ -150,122 +162,6 @@ def _embedding_sizes() -> dict[str, InputMaker]:
             "large": _inputs(_randn(32768, 512), _indices(32768, 32768))}
 
 
-# ---- native MindSpore equivalents ----------------------------------------------------------
-
-_RELU = ops.ReLU()
-_REDUCE_SUM = ops.ReduceSum()
-_MATMUL = ops.MatMul()
-_LAYER_NORM = ops.LayerNorm(begin_norm_axis=-1, begin_params_axis=-1, epsilon=LN_EPS)
-
-
-def ms_relu(x):
-    return _RELU(x)
-
-
-def mint_relu(x):
-    return mint.nn.functional.relu(x)
-
-
-def ms_leaky_relu(x):
-    return ops.leaky_relu(x, SLOPE)
-
-
-def mint_leaky_relu(x):
-    return mint.nn.functional.leaky_relu(x, SLOPE)
-
-
-def ms_gelu(x):
-    return ops.gelu(x)
-
-
-def mint_gelu(x):
-    return mint.nn.functional.gelu(x)
-
-
-def ms_softmax(x):
-    return ops.softmax(x, -1)
-
-
-def mint_softmax(x):
-    return mint.nn.functional.softmax(x, -1)
-
-
-def ms_layer_norm(x, w, b):
-    return _LAYER_NORM(x, w, b)[0]
-
-
-def mint_layer_norm(x, w, b):
-    return mint.nn.functional.layer_norm(x, x.shape[-1:], w, b, LN_EPS)
-
-
-def ms_sum(x):
-    return _REDUCE_SUM(x, 1)
-
-
-def mint_sum(x):
-    return mint.sum(x, 1)
-
-
-def ms_mm(a, b):
-    return _MATMUL(a, b)
-
-
-def mint_mm(a, b):
-    return mint.mm(a, b)
-
-
-def ms_conv2d(x, w, b):
-    return ops.conv2d(x, w, b, 1, "pad", 1)
-
-
-def mint_conv2d(x, w, b):
-    return mint.nn.functional.conv2d(x, w, b, 1, 1)
-
-
-def ms_topk(x):
-    return ops.topk(x, TOPK)
-
-
-def mint_topk(x):
-    return mint.topk(x, TOPK)
-
-
-def ms_sort(x):
-    return ops.sort(x)
-
-
-def mint_sort(x):
-    return mint.sort(x)
-
-
-def ms_cumsum(x):
-    return ops.cumsum(x, 1)
-
-
-def mint_cumsum(x):
-    return mint.cumsum(x, 1)
-
-
-def ms_gather_rows(x, index):
-    return ops.gather(x, index, 0)
-
-
-def mint_index_select(x, index):
-    return mint.index_select(x, 0, index)
-
-
-def ms_masked_select(x, mask):
-    return ops.masked_select(x, mask)
-
-
-def mint_masked_select(x, mask):
-    return mint.masked_select(x, mask)
-
-
-def mint_embedding(weight, indices):
-    return mint.nn.functional.embedding(indices, weight)
-
-
 # ---- the cases -----------------------------------------------------------------------------
 
 def _layer_norm_out(inputs: Sequence[torch.Tensor]) -> Callable[[], object]:
@@ -283,76 +179,57 @@ def _layer_norm_reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> 
 CASES: tuple[OpCase, ...] = (
     _case("relu", F.relu, lambda i, o: torch.ops.aten.relu.out(i[0], out=o[0]),
           ms_aten="relu", constants=_fixed(), sizes=_unary(True, SMALL_2D, LARGE_2D),
-          natives=(Native("ops.ReLU", ms_relu), Native("mint.relu", mint_relu)),
           kind=ELEMENTWISE),
     _case("leaky_relu", lambda x: F.leaky_relu(x, SLOPE),
           lambda i, o: torch.ops.aten.leaky_relu.out(i[0], SLOPE, out=o[0]),
           ms_aten="leaky_relu", constants=_fixed(negative_slope=SLOPE),
           sizes=_unary(True, SMALL_2D, LARGE_2D),
-          natives=(Native("ops.leaky_relu", ms_leaky_relu),
-                   Native("mint.leaky_relu", mint_leaky_relu)),
           kind=ELEMENTWISE),
     _case("gelu", F.gelu, lambda i, o: torch.ops.aten.gelu.out(i[0], out=o[0]),
           ms_aten="gelu", constants=_fixed(), sizes=_unary(False, SMALL_2D, LARGE_2D),
-          natives=(Native("ops.gelu", ms_gelu), Native("mint.gelu", mint_gelu)),
           kind=ELEMENTWISE),
     _case("softmax", lambda x: torch.softmax(x, -1),
           lambda i, o: torch.ops.aten.softmax.int_out(i[0], -1, out=o[0]),
           ms_aten="softmax.int", constants=_fixed(dim=-1), sizes=_unary(False, SMALL_2D, LARGE_2D),
-          natives=(Native("ops.softmax", ms_softmax), Native("mint.softmax", mint_softmax)),
           kind=REDUCTION),
     OpCase("layer_norm", ms_aten="layer_norm", constants=_last_dim_shape,
            sizes=_layer_norm_sizes(), reference=_layer_norm_reference, aten_out=_layer_norm_out,
-           natives=(Native("ops.LayerNorm", ms_layer_norm),
-                    Native("mint.layer_norm", mint_layer_norm)),
            kind=REDUCTION, tolerance=(1e-4, 1e-4)),
     _case("sum", lambda x: torch.sum(x, [1]),
           lambda i, o: torch.ops.aten.sum.IntList_out(i[0], [1], out=o[0]),
           ms_aten="sum.dim_IntList", constants=_fixed(dim=[1]),
           sizes=_unary(False, SMALL_2D, LARGE_2D),
-          natives=(Native("ops.ReduceSum", ms_sum), Native("mint.sum", mint_sum)),
           kind=REDUCTION, tolerance=(1e-4, 1e-3), chainable=False),
     _case("cumsum", lambda x: torch.cumsum(x, 1),
           lambda i, o: torch.ops.aten.cumsum.out(i[0], 1, out=o[0]),
           ms_aten="cumsum", constants=_fixed(dim=1), sizes=_unary(False, SMALL_2D, LARGE_2D),
-          natives=(Native("ops.cumsum", ms_cumsum), Native("mint.cumsum", mint_cumsum)),
           kind=REDUCTION, tolerance=(1e-4, 1e-3)),
     _case("mm", torch.mm, lambda i, o: torch.ops.aten.mm.out(i[0], i[1], out=o[0]),
           ms_aten="mm", constants=_fixed(), sizes=_mm_sizes(),
-          natives=(Native("ops.MatMul", ms_mm), Native("mint.mm", mint_mm)),
           tolerance=(1e-4, 1e-4)),
     _case("conv2d", lambda x, w, b: F.conv2d(x, w, b, padding=1),
           lambda i, o: torch.ops.aten.convolution.out(i[0], i[1], i[2], [1, 1], [1, 1], [1, 1],
                                                       False, [0, 0], 1, out=o[0]),
           ms_aten="conv2d", constants=_fixed(padding=[1, 1]), sizes=_conv_sizes(),
-          natives=(Native("ops.conv2d", ms_conv2d), Native("mint.conv2d", mint_conv2d)),
           tolerance=(1e-4, 1e-4)),
     _case("topk", lambda x: torch.topk(x, TOPK),
           lambda i, o: torch.ops.aten.topk.values(i[0], TOPK, values=o[0], indices=o[1]),
           ms_aten="topk", constants=_fixed(k=TOPK), sizes=_unary(False, SMALL_2D, LARGE_2D),
-          natives=(Native("ops.topk", ms_topk), Native("mint.topk", mint_topk)),
           chainable=False, indexed=True),
     _case("sort", torch.sort, lambda i, o: torch.ops.aten.sort.values(i[0], values=o[0],
                                                                       indices=o[1]),
           ms_aten="sort", constants=_fixed(), sizes=_unary(False, SMALL_2D, (1024, 4096)),
-          natives=(Native("ops.sort", ms_sort), Native("mint.sort", mint_sort)),
           indexed=True),
     _case("index_select", lambda x, index: torch.index_select(x, 0, index),
           lambda i, o: torch.ops.aten.index_select.out(i[0], 0, i[1], out=o[0]),
-          ms_aten="index_select", constants=_fixed(dim=0), sizes=_index_select_sizes(),
-          natives=(Native("ops.gather", ms_gather_rows),
-                   Native("mint.index_select", mint_index_select))),
+          ms_aten="index_select", constants=_fixed(dim=0), sizes=_index_select_sizes()),
     _case("embedding", lambda weight, indices: F.embedding(indices, weight),
           lambda i, o: torch.ops.aten.embedding.out(i[0], i[1], out=o[0]),
-          ms_aten="embedding", constants=_fixed(), sizes=_embedding_sizes(),
-          natives=(Native("ops.gather", ms_gather_rows),
-                   Native("mint.embedding", mint_embedding))),
+          ms_aten="embedding", constants=_fixed(), sizes=_embedding_sizes()),
     # Its output size depends on the mask: GRAPH mode pads it (ms_aten/ops/bounded.py).
     _case("masked_select", torch.masked_select,
           lambda i, o: torch.ops.aten.masked_select.out(i[0], i[1], out=o[0]),
           ms_aten="masked_select", constants=_fixed(), sizes=_masked_select_sizes(),
-          natives=(Native("ops.masked_select", ms_masked_select),
-                   Native("mint.masked_select", mint_masked_select)),
           chainable=False),
 )
 

@@ -10,16 +10,18 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
-from bench_routes import (  # noqa: E402
+from bench_results import (  # noqa: E402
     EMPTY_AOT,
     GRAPH,
     MS_ATEN,
     NATIVE,
+    OK,
     PYFUNC,
     PYNATIVE,
     SEED_AOT,
+    CaseResult,
+    RouteResult,
 )
-from bench_runner import OK, CaseResult, RouteResult  # noqa: E402
 
 WIN_MARGIN = 1.1  # smaller differences are within this machine's noise
 COLUMNS = [(MS_ATEN, GRAPH), (MS_ATEN, PYNATIVE), (NATIVE, GRAPH), (NATIVE, PYNATIVE),

@@ -12,15 +12,14 @@ from typing import Any
 import mindspore as ms
 import numpy as np
 import torch
+from bench_natives import NATIVES
 from bench_ops import Arrays, OpCase, flatten
+from bench_results import EMPTY_AOT, GRAPH, MS_ATEN, NATIVE, PYFUNC, PYNATIVE, SEED_AOT
 from mindspore import nn, ops
 
 import ms_aten
 
-GRAPH, PYNATIVE = "graph", "pynative"
 MODES = {GRAPH: ms.GRAPH_MODE, PYNATIVE: ms.PYNATIVE_MODE}
-MS_ATEN, NATIVE, PYFUNC, SEED_AOT = "ms_aten", "native", "pyfunc", "seed_aot"
-EMPTY_AOT = "empty_aot"
 MS_DTYPES = {torch.float32: ms.float32, torch.int64: ms.int64}  # the benchmarks' output dtypes
 
 
@@ -88,29 +87,6 @@ def to_numpy(result: Any) -> list[np.ndarray]:
     return [result.asnumpy()]
 
 
-def mismatch(got: Sequence[np.ndarray], expected: Sequence[torch.Tensor], first_input: np.ndarray,
-             tolerance: tuple[float, float], indexed: bool = False) -> str | None:
-    """Why `got` differs from torch's `expected`, or None when it matches. indexed: outputs are
-    (values, indices) along the last dim of `first_input`; indices are checked by gathering."""
-    if len(got) != len(expected):
-        return f"{len(got)} outputs, torch gives {len(expected)}"
-    rtol, atol = tolerance
-    if indexed:
-        values, indices = got
-        gathered = np.take_along_axis(first_input, indices.astype(np.int64), axis=-1)
-        if not np.array_equal(gathered, values):
-            return "indices do not point at the values"
-        got, expected = got[:1], expected[:1]
-    for i, (actual, want) in enumerate(zip(got, expected, strict=True)):
-        want = want.numpy()
-        if actual.shape != want.shape:
-            return f"output {i} has shape {actual.shape}, torch gives {want.shape}"
-        if not np.allclose(actual, want, rtol=rtol, atol=atol, equal_nan=True):
-            error = np.nanmax(np.abs(actual.astype(np.float64) - want))
-            return f"output {i} differs from torch by up to {error:.3g}"
-    return None
-
-
 def reason(error: BaseException) -> str:
     """The informative line of a MindSpore error (its messages open with banner lines)."""
     for line in str(error).splitlines():
@@ -129,7 +105,8 @@ def ms_aten_route(case: OpCase, arrays: Arrays, mode: str) -> Route:
 
 
 def native_routes(case: OpCase, mode: str) -> list[Route]:
-    return [Route(NATIVE, native.label, mode, lambda fn=native.fn: fn) for native in case.natives]
+    return [Route(NATIVE, native.label, mode, lambda fn=native.fn: fn)
+            for native in NATIVES[case.name]]
 
 
 def _with_arity(fn: Callable, n_inputs: int) -> Callable:

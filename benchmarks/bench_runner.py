@@ -1,26 +1,24 @@
-"""Running the benchmark: for one (op, size), ATen's out= call as the baseline, then every route
-checked against torch and, only if it is right, timed on the same data; plus the per-op-in-graph
-chains. A route that fails is "n/a" with MindSpore's reason, a wrong one is "wrong"."""
+"""Running the MindSpore side of the op benchmark: for one (op, size), every route checked against
+torch and, only if it is right, timed on the same data; plus the per-op-in-graph chains. A route
+that fails is "n/a" with MindSpore's reason, a wrong one is "wrong". ATen's out= baseline is
+timed apart, in processes without MindSpore (op_worker_torch.py); run.py brings both together."""
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import mindspore as ms
 import numpy as np
 import torch
-from bench_ops import Arrays, OpCase, flatten
+from bench_ops import Arrays, OpCase, flatten, mismatch
+from bench_results import EMPTY_AOT, GRAPH, NA, OK, WRONG, CaseResult, RouteResult
 from bench_routes import (
-    EMPTY_AOT,
-    GRAPH,
     MODES,
     Route,
     build,
     chain_route,
     empty_aot_route,
-    mismatch,
     ms_aten_route,
     native_routes,
     pyfunc_route,
@@ -28,37 +26,10 @@ from bench_routes import (
     seed_aot_route,
     to_numpy,
 )
-from bench_timing import Timing, TimingConfig, measure, ms_sync, no_sync
+from bench_timing import TimingConfig, measure, ms_sync
 
-OK, WRONG, NA = "ok", "wrong", "n/a"
 CHAIN_TOLERANCE = (1e-3, 1e-3)  # rounding differences compound along a chain
-BASELINE = "ATen out="
 Check = Callable[[list[np.ndarray]], "str | None"]  # why outputs are wrong, or None
-
-
-@dataclass
-class RouteResult:
-    family: str
-    impl: str
-    mode: str
-    status: str
-    median_us: float | None = None  # per call (per op, for a chain)
-    min_us: float | None = None
-    ratio: float | None = None  # median_us / ATen out= median_us
-    inner: int | None = None  # calls per sample
-    samples: int | None = None
-    note: str = ""
-
-
-@dataclass
-class CaseResult:
-    op: str
-    size: str
-    shapes: list[list[int]]
-    torch_threads: int
-    aten_out_us: float
-    routes: list[RouteResult] = field(default_factory=list)
-    chain_length: int | None = None  # set for per-op-in-graph chains: routes hold µs per op
 
 
 @dataclass(frozen=True)
@@ -77,17 +48,6 @@ def prepare(case: OpCase, size: str, seed: int) -> Prepared:
     with torch.inference_mode():
         expected = flatten(case.reference(*torch_inputs))
     return Prepared(arrays, torch_inputs, [ms.Tensor(a) for a in arrays], expected)
-
-
-def aten_out_call(case: OpCase, data: Prepared) -> Callable[[], object]:
-    """ATen's out= call on the data, checked against torch: the baseline of every ratio."""
-    with torch.inference_mode():
-        call = case.aten_out(data.torch_inputs)
-        got = [t.numpy() for t in flatten(call())[:len(data.expected)]]
-    problem = mismatch(got, data.expected, data.arrays[0], case.tolerance, case.indexed)
-    if problem:
-        raise AssertionError(f"ATen out= baseline of {case.name} is wrong: {problem}")
-    return call
 
 
 def try_route(route: Route, data: Prepared, check: Check) -> tuple[Callable | None, RouteResult]:
@@ -110,12 +70,11 @@ def try_route(route: Route, data: Prepared, check: Check) -> tuple[Callable | No
     return fn, result
 
 
-def run_routes(routes: list[Route], data: Prepared, baseline: Callable[[], object],
-               check: Check, config: TimingConfig,
-               per: int) -> tuple[list[RouteResult], list[Timing]]:
-    """Check every route, then time the right ones round-robin with the baseline, mode by
-    mode; `per` divides route times (chains). Returns the results and the baseline timings."""
-    results, baselines = [], []
+def run_routes(routes: list[Route], data: Prepared, check: Check, config: TimingConfig,
+               per: int) -> list[RouteResult]:
+    """Check every route, then time the right ones round-robin, mode by mode; `per` divides
+    route times (chains)."""
+    results = []
     for mode in MODES:
         runnable = {}
         for route in (r for r in routes if r.mode == mode):
@@ -125,30 +84,13 @@ def run_routes(routes: list[Route], data: Prepared, baseline: Callable[[], objec
                 runnable[len(results) - 1] = fn
         if not runnable:
             continue
-        calls = {BASELINE: (baseline, no_sync)}
-        calls.update({i: (lambda fn=fn: fn(*data.ms_inputs), ms_sync)
-                      for i, fn in runnable.items()})
-        with torch.inference_mode():
-            timings = measure(calls, config)
-        baselines.append(timings.pop(BASELINE))
+        timings = measure({i: (lambda fn=fn: fn(*data.ms_inputs), ms_sync)
+                           for i, fn in runnable.items()}, config)
         for i, timing in timings.items():
             result = results[i]
             result.median_us, result.min_us = timing.median_us / per, timing.min_us / per
             result.inner, result.samples = timing.inner, timing.repeats
-    if not baselines:  # no route runs: the baseline alone
-        with torch.inference_mode():
-            baselines.append(measure({BASELINE: (baseline, no_sync)}, config)[BASELINE])
-    return results, baselines
-
-
-def finish(result: CaseResult, routes: list[RouteResult], baselines: list[Timing]) -> CaseResult:
-    """Fill in the baseline (median over the mode groups) and every route's ratio to it."""
-    result.aten_out_us = statistics.median(t.median_us for t in baselines)
-    for route in routes:
-        if route.status == OK:
-            route.ratio = route.median_us / result.aten_out_us
-    result.routes = routes
-    return result
+    return results
 
 
 @dataclass(frozen=True)
@@ -179,25 +121,25 @@ def routes_for(case: OpCase, data: Prepared, kernels: Kernels) -> list[Route]:
     return routes
 
 
-def new_result(case: OpCase, size: str, data: Prepared,
+def new_result(case: OpCase, size: str, data: Prepared, routes: list[RouteResult], threads: int,
                chain_length: int | None = None) -> CaseResult:
-    return CaseResult(case.name, size, [list(a.shape) for a in data.arrays],
-                      torch.get_num_threads(), float("nan"), chain_length=chain_length)
+    """The case's routes; its ATen out= baseline comes from the torch workers (run.py)."""
+    return CaseResult(case.name, size, [list(a.shape) for a in data.arrays], threads,
+                      float("nan"), routes, chain_length)
 
 
 def run_case(case: OpCase, size: str, config: TimingConfig, seed: int,
              kernels: Kernels = Kernels(),
-             select: Callable[[Route], bool] = lambda route: True) -> CaseResult:
-    """Every selected route of `case` at `size`, against ATen out= on the same data."""
+             select: Callable[[Route], bool] = lambda route: True, threads: int = 0) -> CaseResult:
+    """Every selected route of `case` at `size`, checked against torch on the same data;
+    `threads`: the ATen threads set for it (0: ATen's default)."""
     data = prepare(case, size, seed)
-    baseline = aten_out_call(case, data)
 
     def check(got: list[np.ndarray]) -> str | None:
         return mismatch(got, data.expected, data.arrays[0], case.tolerance, case.indexed)
 
     routes = [route for route in routes_for(case, data, kernels) if select(route)]
-    results, baselines = run_routes(routes, data, baseline, check, config, per=1)
-    return finish(new_result(case, size, data), results, baselines)
+    return new_result(case, size, data, run_routes(routes, data, check, config, per=1), threads)
 
 
 def chain_reference(case: OpCase, data: Prepared, length: int) -> list[torch.Tensor]:
@@ -213,7 +155,6 @@ def run_chain(case: OpCase, size: str, config: TimingConfig, seed: int, length: 
     """Per-op time inside one graph: `length` chained calls of ms_aten vs of each native, and
     of the hand-written and the empty AOT kernels."""
     data = prepare(case, size, seed)
-    baseline = aten_out_call(case, data)
     expected = chain_reference(case, data, length)
 
     def check(got: list[np.ndarray]) -> str | None:
@@ -224,8 +165,8 @@ def run_chain(case: OpCase, size: str, config: TimingConfig, seed: int, length: 
     # Output 0 of a multi-output op feeds the next call; the empty kernel has one output.
     chains = [chain_route(route, length, len(data.expected) > 1 and route.family != EMPTY_AOT)
               for route in singles]
-    routes, baselines = run_routes(chains, data, baseline, check, config, per=length)
-    return finish(new_result(case, size, data, length), routes, baselines)
+    return new_result(case, size, data, run_routes(chains, data, check, config, per=length), 0,
+                      length)
 
 
 def is_family(*families: str) -> Callable[[Route], bool]:

@@ -18,16 +18,18 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from mindspore.common.api import _pynative_executor
-
 Key = TypeVar("Key", bound=Hashable)
 
 
 def ms_sync() -> None:
     """Wait until every op MindSpore launched has finished (re-raises a failed launch).
 
-    mindspore.runtime.synchronize() refuses the CPU device, so this is the executor's sync.
+    mindspore.runtime.synchronize() refuses the CPU device, so this is the executor's sync. It
+    is imported here, not at the top: the torch eager workers time with this module and never
+    import MindSpore.
     """
+    from mindspore.common.api import _pynative_executor
+
     _pynative_executor.sync()
 
 

@@ -1,6 +1,7 @@
 #include "kernel.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <stdexcept>
 
@@ -9,6 +10,7 @@
 #include "device/device.h"
 #include "op/bounded.h"
 #include "op/grad.h"
+#include "op/mutate.h"
 #include "op/results.h"
 
 namespace ms_aten {
@@ -86,6 +88,10 @@ int num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
 void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                     c10::Device device, std::unique_ptr<SavedGraph>* slot) const {
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  // One profiler event per launch, the parent of the ATen ops it runs: torch's profiler (with
+  // profile_all_threads: launches run in MindSpore's threads) then shows each launch's phases
+  // (benchmarks/profile_models.py). Without a profiler it costs a flag check.
+  RECORD_FUNCTION("ms_aten launch: " + name_, c10::ArrayRef<const c10::IValue>{});
   if (!call_ && !program_ && !family_) throw std::runtime_error(error_);
   // OpenMP's thread count is a per-thread setting, and MindSpore launches kernels from its own
   // worker threads: apply the configured count in whichever thread runs this launch.
@@ -108,6 +114,7 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   }
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
   if (call_->kind() == SpecKind::kBounded) return run_bounded(*call_, inputs, outputs);
+  if (call_->kind() == SpecKind::kMutate) return run_mutate(*call_, inputs);
   if (uses_out()) {
     if (try_out(inputs, outputs, params + n_in, ndims + n_in, shapes + n_in)) return;
     // The out= kernel may have resized our views: write the functional result into new ones.

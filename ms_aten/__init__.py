@@ -4,10 +4,12 @@
     relu = ms_aten.op("leaky_relu", negative_slope=0.2)   # a mindspore ops.Custom
 
 The package's face: the layers behind it are ms_aten.native (the compiled library and plain
-conversions), ms_aten.ops (one op as a primitive) and ms_aten.programs (a whole graph as one).
+conversions), ms_aten.ops (one op as a primitive), ms_aten.programs (a whole graph as one) and
+ms_aten.optim (torch's optimizers over ATen's fused kernels).
 """
 import torch  # noqa: F401  (first: libms_aten.so needs libtorch loaded)
 
+from . import optim
 from ._version import __version__
 from .native.build import BuildError
 from .native.convert import to_ms, to_torch
@@ -33,5 +35,5 @@ __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "ConstantErro
            "ShapeInferenceError", "TorchFunction", "TorchModule", "ValueDependentError",
            "ValueDependentOp",
            "__version__", "function",
-           "get_num_threads", "launch_count", "module", "op", "set_num_threads", "to_ms",
+           "get_num_threads", "launch_count", "module", "op", "optim", "set_num_threads", "to_ms",
            "to_torch"]

@@ -2,15 +2,15 @@
 configs with random weights (nothing is downloaded), and torch.nn models.
 
 Each factory returns (module, example inputs, targets, loss name); `loss` names how a training
-step scores the module's output against the targets, in torch and in MindSpore alike.
+step scores the module's output against the targets, in torch and in MindSpore alike
+(loss_cell.py is the MindSpore side). This module imports torch only: the benchmarks' torch eager
+worker, a process that never imports MindSpore, builds its models here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-from mindspore import nn as ms_nn
-from mindspore import ops
 from torch import nn
 
 
@@ -110,21 +110,3 @@ def torch_loss(kind: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tens
     if kind == "class":
         return nn.functional.cross_entropy(out, target)
     return nn.functional.mse_loss(out, target)
-
-
-class LossCell(ms_nn.Cell):
-    """torch_loss's twin in MindSpore: the model runs in ms_aten, the loss (and the optimizer)
-    are MindSpore's, as in a real port."""
-
-    def __init__(self, net: ms_nn.Cell, kind: str):
-        super().__init__()
-        self.net = net
-        self.kind = kind
-
-    def construct(self, x, target):
-        out = self.net(x)
-        if self.kind == "lm":
-            return ops.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
-        if self.kind == "class":
-            return ops.cross_entropy(out, target)
-        return ops.mse_loss(out, target)

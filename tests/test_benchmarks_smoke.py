@@ -37,10 +37,19 @@ def test_quick_benchmark_writes_table_json_and_plot(tmp_path: Path) -> None:
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_quick_model_benchmark_checks_results_and_counts_one_launch() -> None:
+def test_quick_model_benchmark_checks_every_route_and_counts_launches(tmp_path: Path) -> None:
+    """Every route of tiny GPT-2 runs, each worker in its own process, is checked against torch
+    (a wrong result fails the worker, hence the run), and launches what it should: one kernel
+    per forward, two per forward+backward, so the backward is not pruned."""
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_models.py"),
-                           "--quick"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=TIME_LIMIT_S)
+                           "--quick", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=TIME_LIMIT_S)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
-    rows = [line for line in done.stdout.splitlines() if line.startswith("| gpt2-tiny")]
-    assert len(rows) == 1 and rows[0].split("|")[3].strip() == "1"  # launches per forward
+    row = json.loads((tmp_path / "models.json").read_text())["models"]["gpt2-tiny"]
+    launches = {route: entry["launches"] for route, entry in row["ms_aten"].items()}
+    assert launches["GRAPH forward cell(x)"] == launches["PYNATIVE forward cell(x)"] == 1
+    assert launches["GRAPH forward+backward"] == launches["PYNATIVE forward+backward"] == 2
+    assert launches["GRAPH step nn.Adam"] == 2
+    assert launches["GRAPH step ms_aten.optim.Adam"] == 3  # the update is one more launch
+    assert all(entry["ms"] > 0 for side in ("torch", "ms_aten") for entry in row[side].values())
+    assert row["torch"]["forward"]["per_process_ms"]  # the torch side ran, apart

@@ -10,6 +10,7 @@ import models
 import numpy as np
 import pytest
 import torch
+from loss_cell import LossCell
 from mindspore import Tensor, nn, ops
 from test_module import assert_gradients_match
 from torch.export import Dim
@@ -85,7 +86,7 @@ def test_forward_and_gradients_match_torch_at_every_shape(name, mode, exports):
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs, dynamic_shapes=TOKENS)
     assert cell.program.dynamic and len(exports) == 1
-    gradient = GradientOf(models.LossCell(cell, c.loss), cell.trainable_params())
+    gradient = GradientOf(LossCell(cell, c.loss), cell.trainable_params())
     gradient.set_inputs(Tensor(shape=[None, None], dtype=ms.int64),  # the user's own
                         Tensor(shape=[None, None] if c.loss == "lm" else [None], dtype=ms.int64))
     inferred = compiles(cell._function)
@@ -114,7 +115,7 @@ def test_training_with_jit_dynamic_follows_torch_adam(exports):
     set_mode("graph")
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs, dynamic_shapes=TOKENS)
     optimizer = nn.Adam(cell.trainable_params(), learning_rate=lr)
-    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, optimizer.parameters)
+    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, optimizer.parameters)
 
     @ms.jit(dynamic=1)
     def step(x, target):

@@ -8,7 +8,9 @@ import models
 import numpy as np
 import pytest
 import torch
+from loss_cell import LossCell
 from mindspore import nn, ops
+from training import train_ms, train_torch
 
 import ms_aten
 from ms_aten import to_ms, to_torch
@@ -44,7 +46,7 @@ def test_forward_and_parameter_gradients_match_torch(name, mode):
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
     assert [p.name for p in cell.trainable_params()] == [n for n, _ in c.module.named_parameters()]
-    loss_cell = models.LossCell(cell, c.loss)
+    loss_cell = LossCell(cell, c.loss)
     value, grads = ms.value_and_grad(loss_cell, None, cell.trainable_params())(
         to_ms(c.inputs[0]), to_ms(c.target))
     out = models.logits(c.module(*c.inputs))
@@ -67,30 +69,9 @@ def test_adam_training_follows_torch(name, mode):
     the bias correction, torch after), which at lr 1e-2 alone moves GPT-2's loss by 0.9 % in
     30 steps; with MindSpore's placement emulated in torch the gap is 3e-5 (see the README).
     """
-    c, steps, lr = case(name), 30, 1e-3
-    set_mode(mode)
-    cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
-    optimizer = nn.Adam(cell.trainable_params(), learning_rate=lr)
-    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, optimizer.parameters)
-
-    def step(x, target):
-        loss, grads = grad_fn(x, target)
-        optimizer(grads)
-        return loss
-
-    if mode == "graph":
-        step = ms.jit(step)
-    x, target = to_ms(c.inputs[0]), to_ms(c.target)
-    ms_losses = [float(step(x, target)) for _ in range(steps)]
-
-    torch_optimizer = torch.optim.Adam(c.module.parameters(), lr=lr)
-    torch_losses = []
-    for _ in range(steps):
-        torch_optimizer.zero_grad()
-        loss = models.torch_loss(c.loss, models.logits(c.module(*c.inputs)), c.target)
-        loss.backward()
-        torch_optimizer.step()
-        torch_losses.append(loss.item())
+    c, lr = case(name), 1e-3
+    ms_losses, cell, _ = train_ms(c, mode, lambda p: nn.Adam(p, learning_rate=lr))
+    torch_losses, _, _ = train_torch(c, lambda p: torch.optim.Adam(p, lr=lr))
     np.testing.assert_allclose(ms_losses, torch_losses, rtol=1e-3)
     assert torch_losses[-1] < torch_losses[0]  # it trained, so the comparison means something
 
@@ -101,7 +82,7 @@ def test_adam_training_follows_torch(name, mode):
     assert state.keys() == c.module.state_dict().keys()
     c.module.load_state_dict(state)
     cell.set_train(False)
-    np.testing.assert_allclose(cell(x).asnumpy(),
+    np.testing.assert_allclose(cell(to_ms(c.inputs[0])).asnumpy(),
                                models.logits(c.module.eval()(*c.inputs)).detach().numpy(),
                                rtol=1e-4, atol=1e-5)
 
@@ -131,7 +112,7 @@ def test_dropout_backward_replays_the_forward_mask(mode):
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
     assert cell.program.random
-    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, cell.trainable_params())
+    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, cell.trainable_params())
     torch.manual_seed(7)
     value, grads = grad_fn(to_ms(c.inputs[0]), to_ms(c.target))
     # MindSpore runs kernels asynchronously: finish before torch's generator is reseeded.
@@ -168,7 +149,7 @@ def test_one_launch_per_forward_and_one_per_backward():
     before = ms_aten.launch_count()
     cell(x).asnumpy()
     assert ms_aten.launch_count() - before == 1
-    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, cell.trainable_params())
+    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, cell.trainable_params())
     grad_fn(x, target)[0].asnumpy()
     before = ms_aten.launch_count()
     grad_fn(x, target)[0].asnumpy()
@@ -183,7 +164,7 @@ def test_other_input_shapes_are_captured_again_in_both_modes(mode):
     c = case("bert")
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
-    grad_fn = ms.value_and_grad(models.LossCell(cell, c.loss), None, cell.trainable_params())
+    grad_fn = ms.value_and_grad(LossCell(cell, c.loss), None, cell.trainable_params())
     longer, labels = torch.randint(0, 100, (3, 12)), torch.randint(0, 3, (3,))
     for x, target in ((longer, labels), (c.inputs[0], c.target)):
         module = copy.deepcopy(c.module)

@@ -10,6 +10,7 @@ import models
 import numpy as np
 import pytest
 import torch
+from loss_cell import LossCell
 from mindspore import nn
 
 import ms_aten
@@ -100,7 +101,7 @@ def test_a_pruned_backward_leaves_nothing_behind():
     c = models.gpt2()
     set_mode("graph")
     cell = ms_aten.module(copy.deepcopy(c.module), c.inputs).set_train()
-    loss_cell = models.LossCell(cell, c.loss)
+    loss_cell = LossCell(cell, c.loss)
     grad_fn = ms.value_and_grad(loss_cell, None, cell.trainable_params())
 
     @ms.jit

@@ -69,9 +69,11 @@ std::shared_ptr<SpecState> state_of(const std::string& spec) {
   }
   auto state = std::make_shared<SpecState>();
   state->call = std::make_unique<OpCall>(call_spec);  // throws for a malformed spec
-  if (state->call->kind() == SpecKind::kOut || state->call->kind() == SpecKind::kInplace ||
-      state->call->kind() == SpecKind::kBounded) {
-    throw std::invalid_argument("an out=, in-place or bounded spec has no inference of its own");
+  const SpecKind kind = state->call->kind();
+  if (kind == SpecKind::kOut || kind == SpecKind::kInplace || kind == SpecKind::kBounded ||
+      kind == SpecKind::kMutate) {
+    throw std::invalid_argument(
+        "an out=, in-place, bounded or mutate spec has no inference of its own");
   }
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_specs.emplace(call_spec, std::move(state)).first->second;

@@ -149,6 +149,7 @@ SpecKind parse_kind(const std::string& spec, const std::string& word, int* order
   if (word == "out") return SpecKind::kOut;
   if (word == "inplace") return SpecKind::kInplace;
   if (word == "bounded") return SpecKind::kBounded;
+  if (word == "mutate") return SpecKind::kMutate;
   if (word.rfind("vjp", 0) == 0) {
     const std::string digits = word.substr(3);
     const bool valid =
@@ -184,20 +185,26 @@ OpCall::OpCall(const std::string& spec) {
       if (token.empty()) fail(spec, "empty token");
       switch (token[0]) {
         case 't':
+        case 'u':
         case 'w':
-          slots_.push_back({token[0] == 't' ? SlotKind::kTensor : SlotKind::kWrapped,
+          slots_.push_back({token[0] == 'w' ? SlotKind::kWrapped : SlotKind::kTensor,
                             static_cast<int>(to_int(token.substr(1))),
-                            {}});
+                            {},
+                            {},
+                            token[0] == 'u'});
           ++fixed_inputs_;
           break;
+        case 'U':  // a written list names its members: MindSpore must know every buffer
+          if (token.size() == 1) fail(spec, "a written tensor list names its members: U[i,j,..]");
+          [[fallthrough]];
         case 'T':
         case 'Q': {
-          const SlotKind kind = token[0] == 'T' ? SlotKind::kTensorList : SlotKind::kOptTensorList;
+          const SlotKind kind = token[0] == 'Q' ? SlotKind::kOptTensorList : SlotKind::kTensorList;
           if (token.size() > 1) {  // T[i,j,..] / Q[i,_,..]
             auto members = list_members(token, kind == SlotKind::kOptTensorList);
             for (const int m : members) fixed_inputs_ += m >= 0;
             has_explicit_list_ = true;
-            slots_.push_back({kind, 0, std::move(members)});
+            slots_.push_back({kind, 0, std::move(members), {}, token[0] == 'U'});
             break;
           }
           if (has_list_) fail(spec, "more than one variable-length tensor list");
@@ -248,6 +255,32 @@ OpCall::OpCall(const std::string& spec) {
   }
   // Indices after a variable-length run shift by its length; explicit ones never do.
   if (has_list_ && has_explicit_list_) fail(spec, "a variable-length list beside explicit ones");
+  check_writes(spec);
+}
+
+void OpCall::check_writes(const std::string& spec) {
+  const auto& arguments = op_->schema().arguments();
+  bool any_written = false;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& slot = slots_[i];
+    const auto& alias = arguments[i].alias_info();
+    const bool schema_writes = alias && alias->isWrite();
+    any_written |= slot.written;
+    if (slot.written && kind_ != SpecKind::kMutate) {
+      fail(spec, "written tensors (u, U tokens) need the 'mutate' kind");
+    }
+    if (slot.written && !schema_writes) {
+      fail(spec, "argument '" + arguments[i].name() + "' is marked written, but " + name_ +
+                     " does not write it");
+    }
+    const bool tensor = slot.kind == SlotKind::kTensor || slot.kind == SlotKind::kTensorList;
+    slot.copy_first = kind_ == SpecKind::kMutate && schema_writes && !slot.written && tensor;
+  }
+  if (kind_ != SpecKind::kMutate) return;
+  if (!any_written) fail(spec, "a mutate spec marks the tensors the op writes (u, U tokens)");
+  // MindSpore gives the kernel one placeholder output; what the op returns (nothing, or aliases
+  // of what it wrote) is not copied anywhere.
+  if (fixed_outputs_ != 0) fail(spec, "a mutate spec has output count 0 (a placeholder)");
 }
 
 namespace {
@@ -383,7 +416,8 @@ void OpCall::fill(std::vector<c10::IValue>& stack, const Values& inputs, int lis
       case SlotKind::kOutput: stack.emplace_back(outputs.at(slot.index)); break;
       case SlotKind::kTensor: {
         // Tensors after the list shift by its length.
-        stack.emplace_back(tensor_at(inputs, input_index(slot.index, list_len)));
+        const at::Tensor& input = tensor_at(inputs, input_index(slot.index, list_len));
+        stack.emplace_back(slot.copy_first ? input.clone() : input);
         break;
       }
       case SlotKind::kWrapped:
@@ -391,10 +425,12 @@ void OpCall::fill(std::vector<c10::IValue>& stack, const Values& inputs, int lis
         break;
       case SlotKind::kTensorList: {
         c10::List<at::Tensor> list;
+        const auto member = [&](const at::Tensor& t) { return slot.copy_first ? t.clone() : t; };
         if (slot.members) {
-          for (const int m : *slot.members) list.push_back(tensor_at(inputs, m));
+          for (const int m : *slot.members) list.push_back(member(tensor_at(inputs, m)));
         } else {
-          for (int i = 0; i < list_len; ++i) list.push_back(tensor_at(inputs, slot.index + i));
+          for (int i = 0; i < list_len; ++i)
+            list.push_back(member(tensor_at(inputs, slot.index + i)));
         }
         stack.emplace_back(std::move(list));
         break;

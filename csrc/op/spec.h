@@ -2,8 +2,9 @@
 //
 // The spec is a primitive attribute written by ms_aten/ops/binding.py: space-separated tokens,
 //   <kind> <qualified op name> <overload or "."> <output count, "*" or "0"> <argument>...
-// where <kind> is call, out, vjp / vjp<k> (the order-k vector-Jacobian product, csrc/op/grad.h), or
-// bounded (the functional call into outputs padded to an upper bound, csrc/op/bounded.h).
+// where <kind> is call, out, vjp / vjp<k> (the order-k vector-Jacobian product, csrc/op/grad.h),
+// bounded (the functional call into outputs padded to an upper bound, csrc/op/bounded.h), or
+// mutate (an op that writes some of its call-time tensors in place, csrc/op/mutate.h).
 // An output count of "*" means the op returns Tensor[] and MindSpore's buffers say how many;
 // "0" means it returns nothing, and MindSpore gives it one placeholder output that stays unused.
 // One argument token per schema argument, in schema order:
@@ -14,6 +15,8 @@
 //   Q           a Tensor?[] filled the same way (every entry present)
 //   T[i,j,..]   a Tensor[] of the call-time tensors i, j, ... (any number of such lists)
 //   Q[i,_,..]   a Tensor?[] the same way, `_` for a None entry
+//   u<j>        the j-th call-time tensor, which the op writes in place (mutate only)
+//   U[i,j,..]   a Tensor[] of call-time tensors the op writes in place (mutate only)
 //   o<k>        the k-th MindSpore output buffer (out= argument of an out variant)
 //   N           None            D         the schema's default
 //   b0 b1       bool            i<int>    int            f<double>  float
@@ -39,7 +42,10 @@ namespace ms_aten {
 
 // kInplace: the in-place overload, run on output 0 after call-time tensor 0 is copied there.
 // kBounded: the functional call, each result written into a padded output plus its shape.
-enum class SpecKind { kCall, kOut, kInplace, kVjp, kBounded };
+// kMutate: an op that writes the call-time tensors its u/U tokens name (MindSpore's buffers);
+// an argument the op's schema writes without such a token is copied first, so the op writes
+// the copy and MindSpore's buffer stays as it was.
+enum class SpecKind { kCall, kOut, kInplace, kVjp, kBounded, kMutate };
 
 // Token helpers shared with program.cpp.
 std::vector<std::string> split(const std::string& text, char sep);
@@ -114,7 +120,13 @@ class OpCall {
     // without them takes the variable-length run. J<..>: a value id per item, -1 for a constant.
     std::optional<std::vector<int>> members;
     std::vector<int64_t> ints;  // J<..>: the constant items
+    bool written = false;       // u / U: the op writes MindSpore's buffer (mutate)
+    bool copy_first = false;    // the schema writes it, the spec did not say so: pass a copy
   };
+
+  // For a mutate spec: checks the written slots against the schema's write annotations and
+  // marks the slots the op writes without the spec saying so.
+  void check_writes(const std::string& spec);
 
   // Values: the call-time tensors (std::vector<at::Tensor>), or a program's value table
   // (std::vector<c10::IValue>), which alone holds the scalars z<j> and J<..> name.

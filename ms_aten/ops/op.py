@@ -6,7 +6,6 @@ from typing import Any
 
 import torch
 from mindspore import ops
-from mindspore.common import dtype as mstype
 
 from ..native import library, pyboost
 from . import fast_path
@@ -23,14 +22,10 @@ from .infer import (
     infer_outputs,
 )
 from .pattern import Pattern
-from .primitive import SITE_ATTR, CppInferred, graph_mode
+from .primitive import CPP_SHAPES, PLACEHOLDER, SITE_ATTR, CppInferred, graph_mode
 from .schema import inplace_variant, missing_meta_kernel, op_name, out_variant, resolve
 
 _UNSET = object()
-CPP_SHAPES = "cpp_infer_shape"  # the attribute by which MindSpore asks the C++ shape hook
-# The one MindSpore output of an op that returns nothing (aten::_assert_async): MindSpore does
-# not launch a Custom kernel without outputs, so it gets this empty placeholder.
-PLACEHOLDER = {"shape": [0], "dtype": mstype.TensorType(mstype.bool_), "value": None}
 
 
 class AtenOp(CppInferred):

@@ -28,6 +28,10 @@ from .binding import SPEC_ATTR, Binding
 from .infer import Shape, flatten_infer_args, infer_outputs
 
 SITE_ATTR = "ms_aten_uid"  # the library's name for a call site (csrc/op/infer.h)
+CPP_SHAPES = "cpp_infer_shape"  # the attribute by which MindSpore asks the C++ shape hook
+# The one MindSpore output of an op that returns nothing (aten::_assert_async) or only writes its
+# inputs: MindSpore does not launch a Custom kernel without outputs, so it gets this placeholder.
+PLACEHOLDER = {"shape": [0], "dtype": mstype.TensorType(mstype.bool_), "value": None}
 _uids = itertools.count()
 
 

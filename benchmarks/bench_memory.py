@@ -12,7 +12,9 @@ memory pool, which holds ms_aten's gradient buffers) counts in neither side's fi
 figures are the activations and temporaries of one call. glibc's malloc is told to return
 every block of 128 KiB or more to the system at once (GLIBC_TUNABLES), on both sides, so that
 freed memory does not stay resident and hide the next call's peak. Each route runs in
---processes processes, torch's and ms_aten's alternating; the figure is the median.
+--processes processes, torch's and ms_aten's alternating; the figure is the median. The
+forward+backward is measured with the backward from the forward's kept graph (the default) and
+with the recompute fallback.
 Writes benchmarks/results/memory.{md,json}.
 """
 from __future__ import annotations
@@ -23,53 +25,58 @@ import os
 import statistics
 from pathlib import Path
 
+import bench_workers
 from bench_models import BENCH, run_worker
 from model_bench import CONFIGS, TORCH_FORWARD, TORCH_GRAD
 
-PAIRS = {  # torch route -> the ms_aten route measured against it
-    TORCH_FORWARD: "GRAPH forward cell(x)",
-    TORCH_GRAD: "GRAPH forward+backward",
-}
+PAIRS = [  # (torch route, the ms_aten route measured against it)
+    (TORCH_FORWARD, "GRAPH forward cell(x)"),
+    (TORCH_GRAD, "GRAPH forward+backward"),
+    (TORCH_GRAD, "GRAPH forward+backward, recompute"),
+]
 # Fixed thresholds also stop glibc from raising them as big blocks are freed.
 MALLOC = "glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072"
 
 
 def measure(model: str, processes: int) -> dict:
-    figures: dict[str, dict[str, list[dict]]] = {}
-    for p in range(processes):
-        for torch_route, ms_route in PAIRS.items():
-            jobs = [("torch", torch_route), ("ms_aten", ms_route)]
-            for side, route in jobs if p % 2 == 0 else jobs[::-1]:
-                result = run_worker(side, model, route, ["--measure", "memory"],
-                                    {"GLIBC_TUNABLES": MALLOC})
-                figures.setdefault(torch_route, {}).setdefault(side, []).append(
-                    result["memory"][route])
+    """Each ms_aten route of PAIRS and each torch route they compare with, in `processes`
+    fresh processes per route (bench_workers.schedule's order): the medians, per ms_aten
+    route."""
+    jobs = list(dict.fromkeys([("torch", t) for t, _ in PAIRS]))
+    jobs += [("ms_aten", m) for _, m in PAIRS]
+    figures: dict[tuple[str, str], list[dict]] = {job: [] for job in jobs}
+    for side, route in bench_workers.schedule(jobs, processes):
+        result = run_worker(side, model, route, ["--measure", "memory"],
+                            {"GLIBC_TUNABLES": MALLOC})
+        figures[(side, route)].append(result["memory"][route])
+
+    def medians(runs: list[dict]) -> dict:
+        return {"peak_mib": statistics.median(r["peak_mib"] for r in runs),
+                "rss_mib": statistics.median(r["rss_mib"] for r in runs),
+                "per_process_peak_mib": [r["peak_mib"] for r in runs]}
     rows = {}
-    for torch_route, sides in figures.items():
-        row = {"ms_aten route": PAIRS[torch_route]}
-        for side, runs in sides.items():
-            row[side] = {"peak_mib": statistics.median(r["peak_mib"] for r in runs),
-                         "rss_mib": statistics.median(r["rss_mib"] for r in runs),
-                         "per_process_peak_mib": [r["peak_mib"] for r in runs]}
+    for torch_route, ms_route in PAIRS:
+        row = {"torch route": torch_route, "torch": medians(figures[("torch", torch_route)]),
+               "ms_aten": medians(figures[("ms_aten", ms_route)])}
         torch_peak = row["torch"]["peak_mib"]
         row["ratio"] = row["ms_aten"]["peak_mib"] / torch_peak if torch_peak > 0 else None
-        rows[torch_route] = row
+        rows[ms_route] = row
     return rows
 
 
 def report(results: dict[str, dict]) -> str:
-    lines = ["| model | torch route | torch peak MiB | ms_aten route | ms_aten peak MiB | ratio "
-             "| resident before, torch / ms_aten MiB | per process, torch / ms_aten |",
+    lines = ["| model | ms_aten route | ms_aten peak MiB | torch route | torch peak MiB | ratio "
+             "| resident before, ms_aten / torch MiB | per process, ms_aten / torch |",
              "|---|---|---:|---|---:|---:|---:|---|"]
     for model, rows in results.items():
         for route, row in rows.items():
             t, m = row["torch"], row["ms_aten"]
             ratio = f"×{row['ratio']:.2f}" if row["ratio"] is not None else "–"
             lines.append(
-                f"| {model} | {route} | {t['peak_mib']:.1f} | {row['ms_aten route']} | "
-                f"{m['peak_mib']:.1f} | {ratio} | {t['rss_mib']:.0f} / "
-                f"{m['rss_mib']:.0f} | {', '.join(f'{x:.1f}' for x in t['per_process_peak_mib'])}"
-                f" / {', '.join(f'{x:.1f}' for x in m['per_process_peak_mib'])} |")
+                f"| {model} | {route} | {m['peak_mib']:.1f} | {row['torch route']} | "
+                f"{t['peak_mib']:.1f} | {ratio} | {m['rss_mib']:.0f} / {t['rss_mib']:.0f} | "
+                f"{', '.join(f'{x:.1f}' for x in m['per_process_peak_mib'])} / "
+                f"{', '.join(f'{x:.1f}' for x in t['per_process_peak_mib'])} |")
     return "\n".join(lines)
 
 

@@ -29,10 +29,8 @@ Writes benchmarks/results/models.{md,json} (--out DIR elsewhere; --quick only wi
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -59,18 +57,6 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in pairs)
 
 
-def schedule(routes: list[tuple[str, str]], processes: int) -> list[tuple[str, str]]:
-    """Every (side, route) once per round; the sides alternate, and every other round runs
-    backwards, so that a drift in the machine's load falls on both sides alike."""
-    torch_jobs = [job for job in routes if job[0] == "torch"]
-    ms_jobs = [job for job in routes if job[0] == "ms_aten"]
-    one_round: list[tuple[str, str]] = []
-    for i in range(max(len(torch_jobs), len(ms_jobs))):
-        one_round += torch_jobs[i:i + 1] + ms_jobs[i:i + 1]
-    return [job for r in range(processes) for job in (one_round if r % 2 == 0
-                                                       else one_round[::-1])]
-
-
 def bench_model(model: str, routes: list[str], processes: int, extra: list[str], quick: bool,
                 ms_env: dict[str, str]) -> dict:
     """The ms_aten `routes` of `model` and the torch routes they are compared with (and torch's
@@ -88,7 +74,7 @@ def bench_model(model: str, routes: list[str], processes: int, extra: list[str],
                 if (side, route) in runs:
                     runs[(side, route)].append(result)
     else:
-        for side, route in schedule(jobs, processes):
+        for side, route in bench_workers.schedule(jobs, processes):
             started = time.perf_counter()
             result = run_worker(side, model, route, extra, ms_env if side == "ms_aten" else None)
             runs[(side, route)].append(result)
@@ -164,13 +150,10 @@ def write_markdown(results: Path) -> Path:
     samples = meta["samples"]
     markdown = results.with_suffix(".md")
     markdown.write_text(
-        f"# Whole models: ms_aten against torch eager\n\n"
-        f"- {meta['date']}; {meta['host']}; {meta['wall_s']} s\n"
-        f"- load average (1/5/15 min) at start {tuple(meta['loadavg_start'])}, at end "
-        f"{tuple(meta['loadavg_end'])}\n"
-        f"- {meta['processes_per_route']} processes per route; per process the median of "
+        "# Whole models: ms_aten against torch eager\n\n"
+        + bench_workers.machine_header(meta)
+        + f"- {meta['processes_per_route']} processes per route; per process the median of "
         f"{samples['repeats']} samples of at least {samples['target_s']} s\n"
-        + (f"- note: {meta['note']}\n" if meta["note"] else "")
         + (f"- the ms_aten workers ran with {meta['ms_env']}\n" if meta["ms_env"] else "")
         + f"\nMethod:\n{method}\n\n{report(rows)}\n")
     return markdown
@@ -208,11 +191,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{name}:", flush=True)
         rows[name] = bench_model(name, args.routes, 1 if args.quick else args.processes, extra,
                                  args.quick, ms_env)
-    meta = {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "host": f"{platform.platform()}, {os.cpu_count()} CPUs",
-            "loadavg_start": [round(x, 2) for x in load_start],
-            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-            "wall_s": round(time.time() - started), "note": args.note, "quick": args.quick,
+    meta = {**bench_workers.machine_meta(started, load_start), "note": args.note,
+            "quick": args.quick,
             "processes_per_route": 1 if args.quick else args.processes,
             "samples": {"repeats": repeats, "target_s": target_s}, "threads": args.threads,
             "ms_env": ms_env}

@@ -28,7 +28,7 @@ def ms_sync() -> None:
     is imported here, not at the top: the torch eager workers time with this module and never
     import MindSpore.
     """
-    from mindspore.common.api import _pynative_executor
+    from mindspore.graph.api import _pynative_executor
 
     _pynative_executor.sync()
 

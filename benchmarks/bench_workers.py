@@ -2,10 +2,13 @@
 that starts with RESULT, JSON after it. Imports neither torch nor MindSpore."""
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 RESULT = "RESULT "
@@ -29,3 +32,37 @@ def run(script: Path, arguments: list[str], env: dict[str, str] | None = None) -
         raise RuntimeError(f"{script.name} {' '.join(arguments)} failed ({done.returncode}):\n"
                            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return json.loads(lines[-1][len(RESULT):])
+
+
+Job = tuple[str, ...]  # (side, what it runs...): side "torch", or another
+
+
+def schedule(jobs: list[Job], processes: int) -> list[Job]:
+    """Every job once per round; torch's and the other side's alternate, and every other round
+    runs backwards, so that a drift in the machine's load falls on both sides alike."""
+    torch_jobs = [job for job in jobs if job[0] == "torch"]
+    other_jobs = [job for job in jobs if job[0] != "torch"]
+    one_round: list[Job] = []
+    for i in range(max(len(torch_jobs), len(other_jobs))):
+        one_round += torch_jobs[i:i + 1] + other_jobs[i:i + 1]
+    return [job for r in range(processes) for job in (one_round if r % 2 == 0
+                                                       else one_round[::-1])]
+
+
+def machine_meta(started: float, load_start: tuple[float, float, float]) -> dict:
+    """When and where a benchmark ran, and the machine's load around it (`started`: its
+    time.time() at the start, `load_start`: os.getloadavg() then)."""
+    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "host": f"{platform.platform()}, {os.cpu_count()} CPUs",
+            "loadavg_start": [round(x, 2) for x in load_start],
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            "wall_s": round(time.time() - started)}
+
+
+def machine_header(meta: dict) -> str:
+    """machine_meta's record (and a note on the load, if given) as the first lines of a
+    report."""
+    return (f"- {meta['date']}; {meta['host']}; {meta['wall_s']} s\n"
+            f"- load average (1/5/15 min) at start {tuple(meta['loadavg_start'])}, at end "
+            f"{tuple(meta['loadavg_end'])}\n" + (f"- note: {meta['note']}\n" if meta.get("note")
+                                                   else ""))

@@ -36,6 +36,7 @@ MS_ATEN_ROUTES = {
     "GRAPH forward cell(x)": TORCH_FORWARD,
     "GRAPH forward ms.jit": TORCH_FORWARD,
     "GRAPH forward+backward": TORCH_GRAD,
+    "GRAPH forward+backward, recompute": TORCH_GRAD,
     "GRAPH step nn.Adam": TORCH_STEP,
     "GRAPH step ms_aten.optim.Adam": TORCH_STEP,
     "GRAPH nn.Adam update alone": TORCH_ADAM,

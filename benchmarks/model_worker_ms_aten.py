@@ -8,7 +8,8 @@ The model is `ms_aten.module(model, inputs)`, a MindSpore Cell, on the torch wor
 and data. Routes, as users run them:
 - GRAPH: the forward as `cell(x)` (the Cell compiled) and as an `ms.jit` function; the forward
   and backward, a jitted `ms.value_and_grad` that returns the loss and the gradients (returning
-  only the loss would let MindSpore prune the backward); a jitted training step with
+  only the loss would let MindSpore prune the backward), with the backward from the forward's
+  kept autograd graph (the default) and with the recompute fallback; a jitted training step with
   MindSpore's nn.Adam and with ms_aten.optim.Adam; each optimizer's update alone, jitted, on
   gradients already computed.
 - PYNATIVE: `cell(x)`; `ms.value_and_grad` unjitted; the training step with either optimizer.
@@ -115,7 +116,7 @@ class Bench:
     """The cell, its data and torch's reference, and the routes over them."""
 
     def __init__(self, task: Task):
-        c = case(task.model)
+        c = self.case = case(task.model)
         ms.set_context(mode=GRAPH)
         self.cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
         self.kind = c.loss
@@ -170,6 +171,8 @@ class Bench:
         def grad_jit(tokens, labels):
             return grad_fn(tokens, labels)  # the loss and every gradient: nothing is pruned
         routes = {
+            "GRAPH forward+backward, recompute": Route(GRAPH, self.recompute_grad(),
+                                                       self.check_grads),
             "GRAPH forward cell(x)": Route(GRAPH, lambda: cell(x), self.check_logits),
             "GRAPH forward ms.jit": Route(GRAPH, lambda: forward_jit(x), self.check_logits),
             "GRAPH forward+backward": Route(GRAPH, lambda: grad_jit(x, target), self.check_grads),
@@ -190,6 +193,27 @@ class Bench:
             routes[f"GRAPH {name} update alone"] = Route(GRAPH, self.update_alone(make(), grad_jit),
                                                          check)
         return routes
+
+    def recompute_grad(self) -> Callable[[], object]:
+        """The jitted forward+backward of a second cell over the same weights whose primitive
+        keeps no autograd graph (record=False), so that its VJP recomputes the forward: the
+        fallback route, timed against the default. Built at the first call (one more capture),
+        through ProgramCell's private _use: no public API picks the route."""
+        jitted: list = []
+
+        def run():
+            if not jitted:
+                cell = ms_aten.module(copy.deepcopy(self.case.module), self.case.inputs)
+                cell._use(ms_aten.AtenFunction(cell.program, record=False))
+                grad_fn = ms.value_and_grad(LossCell(cell, self.kind), None,
+                                            cell.trainable_params())
+
+                @ms.jit
+                def grad_jit(tokens, labels):
+                    return grad_fn(tokens, labels)
+                jitted.append(grad_jit)
+            return jitted[0](self.x, self.target)
+        return run
 
     def update_alone(self, optimizer: nn.Optimizer, grad_jit) -> Callable[[], object]:
         """The optimizer's update, jitted, on the initial weights' gradients (computed at the

@@ -49,7 +49,27 @@ def test_quick_model_benchmark_checks_every_route_and_counts_launches(tmp_path: 
     launches = {route: entry["launches"] for route, entry in row["ms_aten"].items()}
     assert launches["GRAPH forward cell(x)"] == launches["PYNATIVE forward cell(x)"] == 1
     assert launches["GRAPH forward+backward"] == launches["PYNATIVE forward+backward"] == 2
+    assert launches["GRAPH forward+backward, recompute"] == 2
     assert launches["GRAPH step nn.Adam"] == 2
     assert launches["GRAPH step ms_aten.optim.Adam"] == 3  # the update is one more launch
     assert all(entry["ms"] > 0 for side in ("torch", "ms_aten") for entry in row[side].values())
     assert row["torch"]["forward"]["per_process_ms"]  # the torch side ran, apart
+
+
+def test_quick_dynamic_benchmark_checks_both_workloads_on_every_route(tmp_path: Path) -> None:
+    """Decoding and training on every ms_aten route (both modes, dynamic and static), each in
+    its own process beside torch eager's: the workers' tokens equal torch's and their losses
+    follow torch's (the run fails otherwise), and every item launches what it should: one
+    kernel per decoded token, three per training step (forward, backward, the Adam update)."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_dynamic.py"),
+                           "--quick", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=TIME_LIMIT_S)
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    workloads = json.loads((tmp_path / "dynamic.json").read_text())["workloads"]
+    for workload, launches in (("decode", 1), ("train", 3)):
+        row = workloads[workload]
+        routes = [f"{mode}-{shapes}" for mode in ("graph", "pynative")
+                  for shapes in ("dynamic", "static")]
+        assert all(row[route]["launches_per_item"] == launches for route in routes)
+        assert all(row[route]["steady_ms"] > 0 for route in [*routes, "torch"])
+    assert "| ms_aten GRAPH, dynamic |" in (tmp_path / "dynamic.md").read_text()

@@ -136,3 +136,31 @@ def test_training_with_the_kept_graph_follows_torch(mode):
             np.testing.assert_allclose(to_torch(got).numpy(), p.grad.numpy(), rtol=1e-5,
                                        atol=1e-6, err_msg=name)
     assert parked() == 0
+
+
+class LinearThenCounted(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return counted(self.linear(x)).sin()
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train_mode", "eval_mode"])
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_a_module_differentiated_in_either_mode_keeps_its_graph(mode, train):
+    """An eval-mode module under a gradient (fine-tuning without dropout, a saliency map) is not
+    inference: its forward runs once per gradient, as in train mode."""
+    set_mode(mode)
+    cell = ms_aten.module(LinearThenCounted().train(train), (torch.randn(3, 4),))
+    grad_fn = ms.value_and_grad(LossCell(cell, "mse"), None, cell.trainable_params())
+    if mode == "graph":
+        grad_fn = ms.jit(grad_fn)
+    x, target = to_ms(torch.randn(3, 4)), to_ms(torch.randn(3, 4))
+    grad_fn(x, target)[0].asnumpy()  # GRAPH mode: the first backward marks the kernel
+    for _ in range(3):
+        CALLS.clear()
+        grad_fn(x, target)[0].asnumpy()
+        assert len(CALLS) == 1
+    assert parked() == 0

@@ -24,8 +24,10 @@ class TorchModule(ProgramCell):
     torch.utils._pytree does (a HuggingFace ModelOutput gives its tensors in field order): a
     Tensor when there is one, else a tuple.
 
-    In train mode its forward keeps its autograd graph for the backward, which then runs one
-    backward pass and no second forward; in eval mode it keeps nothing (csrc/program/saved.h).
+    In either mode a forward that a backward follows keeps its autograd graph for it, which then
+    runs one backward pass and no second forward; inference keeps nothing (csrc/program/saved.h):
+    an eval-mode module differentiated (a fine-tuning without dropout, a saliency map) is not
+    inference.
 
     Captured with `dynamic_shapes` (torch.export's argument), one program serves every size its
     ranges allow, and the Cell declares the dynamic sizes to MindSpore (`set_inputs` with None
@@ -91,8 +93,7 @@ class TorchModule(ProgramCell):
             def recapture(signature: Signature) -> Program:
                 return self._capture(training, example_like(signature))
 
-            function = AtenFunction(self._capture(training, self._example), recapture,
-                                    record=training)
+            function = AtenFunction(self._capture(training, self._example), recapture)
             self._functions[training] = function
         mutations = function.program.mutations
         self._mutated = tuple(self._weight_names.index(b) for b in mutations)

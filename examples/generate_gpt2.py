@@ -55,12 +55,13 @@ def ms_greedy(cell: ms_aten.TorchModule, prompt: ms.Tensor, steps: int) -> tuple
     return tokens, (time.perf_counter() - start) / max(steps - 1, 1)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decodes with ms_aten and with torch; the two token sequences (they must be equal)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
     parser.add_argument("--prompt", type=int, default=8, help="prompt length")
     parser.add_argument("--tokens", type=int, default=40, help="length to generate up to")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
 
     model = make_model()
@@ -83,6 +84,7 @@ def main() -> None:
     if not torch.equal(got, expected):
         raise SystemExit("the tokens differ from torch's greedy decoding")
     print("tokens equal torch's")
+    return got, expected
 
 
 if __name__ == "__main__":

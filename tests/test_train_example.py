@@ -1,7 +1,9 @@
-"""The training examples train, and follow the PyTorch twin of the same network."""
+"""The training examples train, and follow the PyTorch twin of the same network; the decoding
+example decodes as torch does."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from common import load_example
 
@@ -20,3 +22,11 @@ def test_gpt2_finetune_follows_pytorch(mode, steps):
     assert bridged[-1] < 0.9 * bridged[0]
     for step, (b, r) in enumerate(zip(bridged, reference, strict=True)):
         assert abs(b - r) <= 1e-3 * abs(r), f"step {step}: ms_aten {b} vs torch {r}"
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_greedy_decoding_example_gives_torch_s_tokens(mode):
+    """One capture with a dynamic sequence length serves every step's new length."""
+    got, expected = load_example("generate_gpt2").main(["--mode", mode, "--tokens", "20"])
+    assert got.shape == (2, 20)
+    assert torch.equal(got, expected)

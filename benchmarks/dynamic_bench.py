@@ -41,8 +41,8 @@ def arguments(description: str) -> argparse.ArgumentParser:
 
 
 def model() -> torch.nn.Module:
-    """The same weights in every process (torch's CPU generator, seed 0); no dropout, so that
-    both sides' training losses can be compared."""
+    """The same weights in every process (torch's CPU generator, seed 0), in eval mode; no
+    dropout either, so that both sides' training losses can be compared."""
     torch.manual_seed(0)
     return models.gpt2(seq=MAX_LENGTH, dropout=0.0).module
 

@@ -57,8 +57,6 @@ def capture(workload: str, shapes: str) -> tuple[ms_aten.TorchModule, float]:
     else:
         example, dims = batches()[0][0], {"input_ids": {0: Dim("batch", min=1, max=64), 1: seq}}
     torch_model = model()
-    if workload == "decode":
-        torch_model.eval()
     start = time.perf_counter()
     cell = ms_aten.module(torch_model, (example,),
                           dynamic_shapes=dims if shapes == "dynamic" else None)

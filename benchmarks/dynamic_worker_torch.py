@@ -25,7 +25,6 @@ from dynamic_bench import (
 
 
 def decoder(module: torch.nn.Module) -> Run:
-    module.eval()
     def decode(done: Callable[[], None]) -> list:
         tokens = prompt()
         with torch.no_grad():

@@ -1,5 +1,5 @@
 """The MindSpore side of tests/models.py's losses: LossCell scores an ms_aten model's output as
-models.torch_loss scores torch's."""
+models.torch_loss scores torch's; SumOf makes any Cell or function a scalar to differentiate."""
 from __future__ import annotations
 
 from mindspore import nn, ops
@@ -21,3 +21,14 @@ class LossCell(nn.Cell):
         if self.kind == "class":
             return ops.cross_entropy(out, target)
         return ops.mse_loss(out, target)
+
+
+class SumOf(nn.Cell):
+    """f(x).sum(): a scalar of any Cell or function's output, for ms.grad."""
+
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def construct(self, x):
+        return self.f(x).sum()

@@ -10,7 +10,7 @@ import models
 import numpy as np
 import pytest
 import torch
-from loss_cell import LossCell
+from loss_cell import LossCell, SumOf
 from mindspore import Tensor, nn, ops
 from test_module import assert_gradients_match
 from torch.export import Dim
@@ -227,15 +227,6 @@ def test_a_function_takes_dynamic_shapes_by_argument_name_and_derived_dims():
         with pytest.raises((ValueError, RuntimeError),
                            match=r"input 1 \('b'\) dim 0 \(2\*n\) is 9, but must equal 10"):
             ms_aten.testing.run(fn, (to_ms(a), to_ms(torch.randn(9, 2))), mode).asnumpy()
-
-
-class SumOf(nn.Cell):
-    def __init__(self, f):
-        super().__init__()
-        self.f = f
-
-    def construct(self, x):
-        return self.f(x).sum()
 
 
 @pytest.mark.parametrize("mode", ["graph", "pynative"])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from loss_cell import SumOf
 from mindspore import nn
 from torch.export import Dim
 
@@ -162,15 +163,6 @@ def test_function_errors():
         run(op, to_ms((torch.randn(2), torch.randn(2))), "graph")
 
 
-class _SumOf(nn.Cell):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def construct(self, x):
-        return self.fn(x).sum()
-
-
 @pytest.mark.parametrize("mode", list(MODES))
 def test_second_order_through_a_program_matches_torch(mode):
     """ms.grad of ms.grad: the program's backward has a backward of its own (one launch; in
@@ -179,15 +171,15 @@ def test_second_order_through_a_program_matches_torch(mode):
     op = ms_aten.function(lambda x: torch.tanh(x) * x, (torch.randn(3),))
     x = to_ms((torch.randn(3),))[0]
     set_mode(mode)
-    second = ms.grad(_SumOf(ms.grad(_SumOf(op))))(x)
+    second = ms.grad(SumOf(ms.grad(SumOf(op))))(x)
     xt = to_torch(x).requires_grad_()
     first = torch.autograd.grad((torch.tanh(xt) * xt).sum(), xt, create_graph=True)[0]
     expected = torch.autograd.grad(first.sum(), xt)[0]
     np.testing.assert_allclose(second.asnumpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
     with pytest.raises(RuntimeError, match=r"<lambda> \(second-order backward\): gradients "
                                            r"of order 3 through a whole program"):
-        ms.grad(_SumOf(ms.grad(_SumOf(ms.grad(_SumOf(op))))))(x).asnumpy()
-    np.testing.assert_allclose(ms.grad(_SumOf(op))(x).asnumpy(), first.detach().numpy(),
+        ms.grad(SumOf(ms.grad(SumOf(ms.grad(SumOf(op))))))(x).asnumpy()
+    np.testing.assert_allclose(ms.grad(SumOf(op))(x).asnumpy(), first.detach().numpy(),
                                rtol=1e-5)
 
 
@@ -212,7 +204,7 @@ def test_an_error_inside_pynative_grad_leaves_later_gradients_intact(failing):
         ms.grad(failing)(x).asnumpy()
     op = ms_aten.function(lambda x: torch.tanh(x) * x, (torch.randn(3),))
     set_mode("graph")
-    second = ms.grad(_SumOf(ms.grad(_SumOf(op))))(x)
+    second = ms.grad(SumOf(ms.grad(SumOf(op))))(x)
     xt = to_torch(x).requires_grad_()
     first = torch.autograd.grad((torch.tanh(xt) * xt).sum(), xt, create_graph=True)[0]
     expected = torch.autograd.grad(first.sum(), xt)[0]
@@ -230,10 +222,10 @@ def test_second_order_off_the_fast_path_in_pynative_is_a_clear_error(monkeypatch
     set_mode("pynative")
     with pytest.raises(RuntimeError, match=r"<lambda> \(backward\): a gradient of a gradient "
                                            r"through a whole program needs GRAPH mode"):
-        ms.grad(_SumOf(ms.grad(_SumOf(op))))(x).asnumpy()
+        ms.grad(SumOf(ms.grad(SumOf(op))))(x).asnumpy()
     xt = to_torch(x).requires_grad_()
     (torch.tanh(xt) * xt).sum().backward()
-    np.testing.assert_allclose(ms.grad(_SumOf(op))(x).asnumpy(), xt.grad.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(ms.grad(SumOf(op))(x).asnumpy(), xt.grad.numpy(), rtol=1e-5)
 
 
 def test_one_kernel_runs_the_capture_registered_for_its_inputs():

@@ -10,8 +10,7 @@ import models
 import numpy as np
 import pytest
 import torch
-from loss_cell import LossCell
-from mindspore import nn
+from loss_cell import LossCell, SumOf
 
 import ms_aten
 from ms_aten.native import library
@@ -45,15 +44,6 @@ def parked() -> int:
 
 def sin_of_counted(x: torch.Tensor) -> torch.Tensor:
     return counted(x).sin()
-
-
-class SumOf(nn.Cell):
-    def __init__(self, f):
-        super().__init__()
-        self.f = f
-
-    def construct(self, x):
-        return self.f(x).sum()
 
 
 @pytest.mark.parametrize("record", [True, False], ids=["kept_graph", "recompute"])

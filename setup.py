@@ -22,6 +22,8 @@ ROOT = Path(__file__).parent
 CSRC = ROOT / "csrc"
 TORCH_LIB = Path(torch.__file__).parent / "lib"
 CXXFLAGS = ["-O2", "-g0", "-std=c++20", "-fvisibility=hidden"]
+# torch_npu's headers, relative to its package: its own, then the ACL headers it ships.
+NPU_INCLUDE_DIRS = ["include", "include/third_party/acl/inc"]
 
 # The C++ that talks to torch, by layer (csrc/README.md); boundary/extra_abi0.cpp is compiled
 # apart (see MsAtenBuild).
@@ -51,8 +53,7 @@ def device_options() -> tuple[list[str], list[str], list[str], list[str]]:
     if importlib.util.find_spec("torch_npu") is not None:
         npu_root = Path(importlib.util.find_spec("torch_npu").origin).parent
         macros.append("-DWITH_NPU")
-        includes += [str(npu_root / "include"),
-                     str(npu_root / "include" / "third_party" / "acl" / "inc")]
+        includes += [str(npu_root / d) for d in NPU_INCLUDE_DIRS]
         library_dirs.append(str(npu_root / "lib"))
         libraries += ["torch_npu", "ascendcl"]
     return macros, includes, library_dirs, libraries

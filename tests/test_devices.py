@@ -1,4 +1,5 @@
-"""Device selection and mismatch handling; the CUDA unit's compile check; GPU tests if a GPU."""
+"""Device selection and mismatch handling; compile checks of the CUDA and NPU units against
+their backends' headers; GPU tests if a GPU."""
 from __future__ import annotations
 
 import ctypes
@@ -7,11 +8,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import device_units
 import numpy as np
 import pytest
 import torch
 from test_c_boundary import ABS, launch
-from torch.utils.cpp_extension import include_paths
 
 import ms_aten
 from ms_aten.native import library
@@ -58,19 +59,43 @@ def test_device_pointer_handed_to_the_cpu_kernel_is_an_error_not_a_crash():
 
 
 CUDA_HEADERS = Path("/usr/local/cuda/include/cuda_runtime_api.h")
+NO_COMPILER = shutil.which(device_units.COMPILER) is None
 
 
-@pytest.mark.skipif(not CUDA_HEADERS.exists() or shutil.which("g++") is None,
-                    reason="no CUDA toolkit headers to compile the CUDA unit against")
-def test_cuda_unit_compiles_against_torch_and_cuda_headers(tmp_path):
+def test_the_compile_checks_find_the_device_units():
+    # The checks below compile what units_with finds; a backend unit it missed goes unchecked.
+    assert {"device/cpu.cpp", "device/cuda.cpp"} <= set(device_units.units_with("WITH_CUDA"))
+    assert {"boundary/ms_ext.cpp", "device/npu.cpp"} <= set(device_units.units_with("WITH_NPU"))
+
+
+@pytest.mark.skipif(not CUDA_HEADERS.exists() or NO_COMPILER,
+                    reason="no CUDA toolkit headers, or no C++ compiler")
+@pytest.mark.parametrize("unit", device_units.units_with("WITH_CUDA"))
+def test_cuda_units_compile_against_torch_and_cuda_headers(unit, tmp_path):
     # The CPU wheel of torch lacks one generated header of c10/cuda; it holds a single macro.
     shim = tmp_path / "c10" / "cuda" / "impl"
     shim.mkdir(parents=True)
     (shim / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
-    command = ["g++", "-std=c++20", "-fsyntax-only", "-DWITH_CUDA", "-D_GLIBCXX_USE_CXX11_ABI=1",
-               *(f"-I{p}" for p in include_paths()), f"-I{tmp_path}", f"-I{CUDA_HEADERS.parent}",
-               f"-I{ROOT / 'csrc'}", str(ROOT / "csrc" / "device" / "cuda.cpp")]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = device_units.syntax_check(unit, "WITH_CUDA", [CUDA_HEADERS.parent, tmp_path])
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def torch_npu_headers(request, tmp_path_factory) -> list[Path]:
+    """The include dirs of the torch_npu wheel for this torch, unpacked once into pytest's cache
+    (.pytest_cache/, which `pytest --cache-clear` empties), so later runs need no network."""
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    folder = (cache.mkdir("torch_npu_headers") if cache is not None
+              else tmp_path_factory.mktemp("torch_npu_headers"))
+    return device_units.torch_npu_include_dirs(folder)
+
+
+# boundary/ms_ext.cpp wraps MindSpore's buffers with at_npu::native::from_blob on a PrivateUse1
+# device; device/npu.cpp orders ATen's stream against MindSpore's with ACL events.
+@pytest.mark.skipif(NO_COMPILER, reason="no C++ compiler")
+@pytest.mark.parametrize("unit", device_units.units_with("WITH_NPU"))
+def test_npu_units_compile_against_torch_npu_headers(unit, torch_npu_headers):
+    result = device_units.syntax_check(unit, "WITH_NPU", torch_npu_headers)
     assert result.returncode == 0, result.stderr
 
 

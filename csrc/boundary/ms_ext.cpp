@@ -58,9 +58,10 @@ at::Tensor wrap_ms_buffer(void* data, int ndim, const int64_t* shape, const char
                          ? at::IntArrayRef{}
                          : at::IntArrayRef(shape, static_cast<size_t>(ndim));
 #ifdef WITH_NPU
-  // NPU memory needs torch_npu's storage; at::from_blob knows only CPU and CUDA.
+  // NPU memory needs torch_npu's storage; at::from_blob knows only CPU and CUDA. The device is
+  // named: without it torch_npu takes its current device.
   if (device.type() == c10::DeviceType::PrivateUse1) {
-    return at_npu::native::from_blob(data, sizes, options);
+    return at_npu::native::from_blob(data, sizes, device, options);
   }
 #endif
   return at::from_blob(data, sizes, options);

@@ -3,7 +3,10 @@
 ops.Custom(func_type="aot") costs ~120 us per PYNATIVE call; the pyboost module
 (ms_aten/native/pyboost.py loads it) runs the same libms_aten.so kernel through MindSpore's
 PyNative pipeline in a fraction of that, gradients included (MindSpore's C++ autograd Function,
-with the op's VJP kernel as backward). GRAPH mode has no pyboost CPU kernel and stays on Custom.
+with the op's VJP kernel as backward). GRAPH mode stays on Custom: a CustomOpBuilder op reaches
+GRAPH mode only through an op_def YAML and a kernel in MindSpore's CustomKernelFactory, which
+MindSpore 2.10 has on Ascend alone; on the CPU such a graph fails kernel selection
+("Unsupported op [Custom_<name>] on CPU").
 """
 from __future__ import annotations
 

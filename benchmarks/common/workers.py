@@ -1,5 +1,6 @@
-"""Starting a benchmark worker in a fresh process and reading its result: the one stdout line
-that starts with RESULT, JSON after it. Imports neither torch nor MindSpore."""
+"""What the benchmark families share: starting a worker in a fresh process and reading its
+result (the one stdout line that starts with RESULT, JSON after it), the order of the jobs, and
+the record of the machine a run used. Imports neither torch nor MindSpore."""
 from __future__ import annotations
 
 import datetime
@@ -11,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository: workers run as modules from here
+RESULTS = ROOT / "benchmarks" / "results"  # every family's full runs write here
 RESULT = "RESULT "
 TIMEOUT_S = 3600
 
@@ -20,16 +23,16 @@ def emit(result: dict) -> None:
     print(RESULT + json.dumps(result), flush=True)
 
 
-def run(script: Path, arguments: list[str], env: dict[str, str] | None = None) -> dict:
-    """`script` with `arguments` in a fresh Python process (`env` added to this one's
-    environment, and GLOG_v=3: MindSpore logs errors only); its result. A failing worker stops
-    the run with its output."""
-    done = subprocess.run([sys.executable, str(script), *arguments], cwd=script.parent,
+def run(module: str, arguments: list[str], env: dict[str, str] | None = None) -> dict:
+    """`python -m module arguments` in a fresh Python process started in the repository root
+    (`env` added to this one's environment, and GLOG_v=3: MindSpore logs errors only); its
+    result. A failing worker stops the run with its output."""
+    done = subprocess.run([sys.executable, "-m", module, *arguments], cwd=ROOT,
                           capture_output=True, text=True, timeout=TIMEOUT_S,
                           env=dict(os.environ, GLOG_v="3", **(env or {})))
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{script.name} {' '.join(arguments)} failed ({done.returncode}):\n"
+        raise RuntimeError(f"{module} {' '.join(arguments)} failed ({done.returncode}):\n"
                            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return json.loads(lines[-1][len(RESULT):])
 

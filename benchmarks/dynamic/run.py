@@ -1,15 +1,15 @@
 """Dynamic shapes: issue 18's two workloads on a tiny GPT-2, torch eager against ms_aten captured
 with dynamic_shapes (one capture) and captured statically (one capture per shape).
 
-    .venv/bin/python benchmarks/bench_dynamic.py [--processes 3] [--note "..."]
-    .venv/bin/python benchmarks/bench_dynamic.py --quick --out /tmp/d     # a smoke run (CI)
+    .venv/bin/python -m benchmarks.dynamic.run [--processes 3] [--note "..."]
+    .venv/bin/python -m benchmarks.dynamic.run --quick --out /tmp/d     # a smoke run (CI)
 
 Method:
 - decode: greedy decoding from an 8-token prompt to 40 tokens without a KV cache, each token
   read back before the next step (32 calls, 32 lengths); train: batches of 4 sequences at 6
   lengths, 2 epochs, Adam at lr 1e-3 (torch.optim.Adam, and ms_aten.optim.Adam, torch's update).
-- torch eager runs in dynamic_worker_torch.py, a process that never imports MindSpore; each
-  ms_aten route (mode × dynamic/static) in dynamic_worker_ms_aten.py, a process of its own; each
+- torch eager runs in dynamic/worker_torch.py, a process that never imports MindSpore; each
+  ms_aten route (mode × dynamic/static) in dynamic/worker_ms_aten.py, a process of its own; each
   job in --processes fresh processes, torch's and ms_aten's alternating, every other round
   backwards; figures are medians over the processes.
 - Per process: the cold run (the first run of the workload in the process: for ms_aten, the
@@ -30,11 +30,11 @@ import statistics
 import time
 from pathlib import Path
 
-import bench_workers
 import numpy as np
 
-BENCH = Path(__file__).resolve().parent
-TORCH, MS_ATEN = BENCH / "dynamic_worker_torch.py", BENCH / "dynamic_worker_ms_aten.py"
+from benchmarks.common import workers
+
+TORCH, MS_ATEN = "benchmarks.dynamic.worker_torch", "benchmarks.dynamic.worker_ms_aten"
 WORKLOADS = ("decode", "train")
 ROUTES = [(mode, shapes) for shapes in ("dynamic", "static") for mode in ("graph", "pynative")]
 FIGURES = ("total_s", "first_call_s", "after_first_ms", "steady_ms")
@@ -44,9 +44,9 @@ def worker(job: tuple[str, ...], warm: int) -> dict:
     side, workload, *route = job
     arguments = ["--workload", workload, "--warm", str(warm)]
     if side == "torch":
-        return bench_workers.run(TORCH, arguments)
+        return workers.run(TORCH, arguments)
     mode, shapes = route
-    return bench_workers.run(MS_ATEN, [*arguments, "--mode", mode, "--shapes", shapes])
+    return workers.run(MS_ATEN, [*arguments, "--mode", mode, "--shapes", shapes])
 
 
 def check(workload: str, got: list, want: list, job: tuple[str, ...]) -> None:
@@ -68,7 +68,7 @@ def bench(processes: int, warm: int) -> dict:
     jobs = [("torch", w) for w in WORKLOADS] + [("ms_aten", w, *r) for w in WORKLOADS
                                                 for r in ROUTES]
     runs: dict[tuple[str, ...], list[dict]] = {job: [] for job in jobs}
-    for job in bench_workers.schedule(jobs, processes):
+    for job in workers.schedule(jobs, processes):
         started = time.perf_counter()
         runs[job].append(worker(job, warm))
         result = runs[job][-1]
@@ -123,7 +123,7 @@ def write_markdown(results: Path) -> Path:
     markdown = results.with_suffix(".md")
     markdown.write_text(
         "# Dynamic shapes: ms_aten against torch eager\n\n"
-        + bench_workers.machine_header(meta)
+        + workers.machine_header(meta)
         + f"- {meta['processes']} processes per job, {meta['warm']} warm runs per process\n"
         + f"\nMethod:\n{method}\n{report(data['workloads'])}\n")
     return markdown
@@ -140,10 +140,10 @@ def main(argv: list[str] | None = None) -> dict:
     processes, warm = (1, 1) if args.quick else (args.processes, 5)
     started, load_start = time.time(), os.getloadavg()
     rows = bench(processes, warm)
-    meta = {**bench_workers.machine_meta(started, load_start), "note": args.note,
+    meta = {**workers.machine_meta(started, load_start), "note": args.note,
             "processes": processes, "warm": warm}
     print(report(rows))
-    out = args.out or (None if args.quick else BENCH / "results")
+    out = args.out or (None if args.quick else workers.RESULTS)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         path = out / "dynamic.json"

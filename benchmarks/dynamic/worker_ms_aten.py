@@ -1,7 +1,7 @@
-"""The dynamic-shape benchmark's ms_aten side, in a process of its own. bench_dynamic.py starts
+"""The dynamic-shape benchmark's ms_aten side, in a process of its own. dynamic/run.py starts
 it; it prints one RESULT line of JSON.
 
-    .venv/bin/python benchmarks/dynamic_worker_ms_aten.py --workload decode|train
+    .venv/bin/python -m benchmarks.dynamic.worker_ms_aten --workload decode|train
         --mode graph|pynative --shapes dynamic|static [--warm 5]
 
 - dynamic: `ms_aten.module(model, inputs, dynamic_shapes=...)` with a dynamic sequence dim
@@ -23,9 +23,13 @@ import time
 from collections.abc import Callable
 
 import mindspore as ms
-from bench_timing import ms_sync
-from bench_workers import emit
-from dynamic_bench import (
+from mindspore import ops
+from torch.export import Dim
+
+import ms_aten
+from benchmarks.common.timing import ms_sync
+from benchmarks.common.workers import emit
+from benchmarks.dynamic.workloads import (
     BATCH,
     EPOCHS,
     LR,
@@ -39,14 +43,10 @@ from dynamic_bench import (
     prompt,
     run_timed,
 )
-from mindspore import ops
-from torch.export import Dim
-
-import ms_aten
 from ms_aten import to_ms
 
 # isort: split
-from loss_cell import LossCell  # tests/loss_cell.py; dynamic_bench put tests/ on sys.path
+from loss_cell import LossCell  # tests/loss_cell.py; workloads put tests/ on sys.path
 
 
 def capture(workload: str, shapes: str) -> tuple[ms_aten.TorchModule, float]:

@@ -1,7 +1,7 @@
 """The dynamic-shape benchmark's torch eager side, in a process that never imports MindSpore.
-bench_dynamic.py starts it; it prints one RESULT line of JSON.
+dynamic/run.py starts it; it prints one RESULT line of JSON.
 
-    .venv/bin/python benchmarks/dynamic_worker_torch.py --workload decode|train [--warm 5]
+    .venv/bin/python -m benchmarks.dynamic.worker_torch --workload decode|train [--warm 5]
 """
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import sys
 from collections.abc import Callable
 
 import torch
-from bench_workers import emit
-from dynamic_bench import (
+
+from benchmarks.common.workers import emit
+from benchmarks.dynamic.workloads import (
     EPOCHS,
     LR,
     TOKENS,

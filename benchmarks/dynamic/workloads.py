@@ -5,7 +5,7 @@
   every step feeds a new length;
 - train: 6 batches of 4 sequences, each batch another length, 2 epochs, Adam (lr 1e-3).
 
-Imports torch only: the torch eager worker (dynamic_worker_torch.py) runs in a process that
+Imports torch only: the torch eager worker (dynamic/worker_torch.py) runs in a process that
 never imports MindSpore.
 """
 from __future__ import annotations
@@ -15,11 +15,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common.workers import ROOT
+
+# tests/ is no package: its modules import each other by their own names, so it goes on the path.
 sys.path.insert(0, str(ROOT / "tests"))
 
 import models  # noqa: E402  (tests/models.py: the model factories the tests use; torch only)

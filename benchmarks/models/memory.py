@@ -1,11 +1,11 @@
 """Peak memory of a whole model's forward and of its forward+backward: ms_aten in GRAPH mode
 against torch eager, each measured alone in fresh processes.
 
-    .venv/bin/python benchmarks/bench_memory.py [--models gpt2-medium bert-medium]
+    .venv/bin/python -m benchmarks.models.memory [--models gpt2-medium bert-medium]
         [--processes 3]
 
 Each figure is the peak resident memory one call adds, after two warm-up calls, in a fresh
-worker process (bench_models.py's workers, `--measure memory`): the peak (VmHWM) is reset by
+worker process (models/run.py's workers, `--measure memory`): the peak (VmHWM) is reset by
 writing 5 to /proc/self/clear_refs before the call, and the resident size then is subtracted.
 What the warm-up left allocated (weights, torch's gradients, kept and zeroed; MindSpore's
 memory pool, which holds ms_aten's gradient buffers) counts in neither side's figure: the
@@ -25,9 +25,9 @@ import os
 import statistics
 from pathlib import Path
 
-import bench_workers
-from bench_models import BENCH, run_worker
-from model_bench import CONFIGS, TORCH_FORWARD, TORCH_GRAD
+from benchmarks.common import workers
+from benchmarks.models.run import run_worker
+from benchmarks.models.workloads import CONFIGS, TORCH_FORWARD, TORCH_GRAD
 
 PAIRS = [  # (torch route, the ms_aten route measured against it)
     (TORCH_FORWARD, "GRAPH forward cell(x)"),
@@ -40,12 +40,12 @@ MALLOC = "glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072"
 
 def measure(model: str, processes: int) -> dict:
     """Each ms_aten route of PAIRS and each torch route they compare with, in `processes`
-    fresh processes per route (bench_workers.schedule's order): the medians, per ms_aten
+    fresh processes per route (workers.schedule's order): the medians, per ms_aten
     route."""
     jobs = list(dict.fromkeys([("torch", t) for t, _ in PAIRS]))
     jobs += [("ms_aten", m) for _, m in PAIRS]
     figures: dict[tuple[str, str], list[dict]] = {job: [] for job in jobs}
-    for side, route in bench_workers.schedule(jobs, processes):
+    for side, route in workers.schedule(jobs, processes):
         result = run_worker(side, model, route, ["--measure", "memory"],
                             {"GLIBC_TUNABLES": MALLOC})
         figures[(side, route)].append(result["memory"][route])
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
                         default=["gpt2-medium", "bert-medium"])
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--note", default="")
-    parser.add_argument("--out", type=Path, default=BENCH / "results")
+    parser.add_argument("--out", type=Path, default=workers.RESULTS)
     args = parser.parse_args(argv)
     load_start = os.getloadavg()
     results = {model: measure(model, args.processes) for model in args.models}

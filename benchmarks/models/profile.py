@@ -2,11 +2,11 @@
 profilers, each route in fresh processes. Writes benchmarks/results/profile_runs.{md,json}
 (profile.md reads them).
 
-    .venv/bin/python benchmarks/profile_models.py          # GPT-2 tiny and medium, BERT medium
-    .venv/bin/python benchmarks/profile_models.py --models gpt2-tiny --no-perf
-    .venv/bin/python benchmarks/profile_models.py --ms-env MS_DEV_HOST_BLOCKING_RUN=1
+    .venv/bin/python -m benchmarks.models.profile          # GPT-2 tiny and medium, BERT medium
+    .venv/bin/python -m benchmarks.models.profile --models gpt2-tiny --no-perf
+    .venv/bin/python -m benchmarks.models.profile --ms-env MS_DEV_HOST_BLOCKING_RUN=1
 
-Per model and route (GRAPH mode, bench_models.py's routes, ATen's default threads):
+Per model and route (GRAPH mode, models/run.py's routes, ATen's default threads):
 1. wall: the median of synchronized calls, no profiler attached.
 2. torch's profiler inside the kernels: ms_aten's launches run in MindSpore's threads, which
    torch's profiler records with profile_all_threads=True; each launch is one event
@@ -40,11 +40,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import bench_workers
-from bench_models import parse_env
-from model_bench import CONFIGS
+from benchmarks.common import workers
+from benchmarks.models.run import parse_env
+from benchmarks.models.workloads import CONFIGS
 
-BENCH = Path(__file__).resolve().parent
 ROUTES = ("GRAPH forward cell(x)", "GRAPH forward+backward", "GRAPH step nn.Adam",
           "GRAPH step ms_aten.optim.Adam", "GRAPH nn.Adam update alone",
           "GRAPH ms_aten.optim.Adam update alone")
@@ -194,9 +193,10 @@ def perf_profile(call: Callable[[], object], seconds: float) -> dict | None:
 
 def ms_aten_worker(model: str, route: str, use_perf: bool) -> dict:
     import mindspore as ms
-    from bench_timing import TimingConfig
-    from model_bench import Task
-    from model_worker_ms_aten import Bench
+
+    from benchmarks.common.timing import TimingConfig
+    from benchmarks.models.worker_ms_aten import Bench
+    from benchmarks.models.workloads import Task
 
     ms.set_device("CPU")
     bench = Bench(Task(model, "time", route, 0, TimingConfig(2, 1, 0.0)))
@@ -217,7 +217,8 @@ def torch_worker(model: str) -> dict:
     """torch eager's forward and forward+backward: wall, and the ATen ops' own total (top-level
     ops only: what runs below Python)."""
     import torch
-    from model_bench import case, models
+
+    from benchmarks.models.workloads import case, models
 
     c = case(model)
     module, x, target = c.module, c.inputs[0], c.target
@@ -322,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
                         default=["gpt2-tiny", "gpt2-medium", "bert-medium"])
     parser.add_argument("--routes", nargs="*", choices=ROUTES, default=list(ROUTES))
     parser.add_argument("--no-perf", action="store_true")
-    parser.add_argument("--out", type=Path, default=BENCH / "results")
+    parser.add_argument("--out", type=Path, default=workers.RESULTS)
     parser.add_argument("--note", default="")
     parser.add_argument("--ms-env", nargs="*", default=[], metavar="KEY=VALUE",
                         help="environment for the ms_aten workers (a what-if); the results go "
@@ -332,22 +333,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--route", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker == "torch":
-        bench_workers.emit(torch_worker(args.model))
+        workers.emit(torch_worker(args.model))
         return
     if args.worker == "ms_aten":
-        bench_workers.emit(ms_aten_worker(args.model, args.route, not args.no_perf))
+        workers.emit(ms_aten_worker(args.model, args.route, not args.no_perf))
         return
     load = os.getloadavg()
     ms_env = parse_env(args.ms_env)
     results = {}
     for model in args.models:
         print(f"{model}: torch eager", flush=True)
-        results[model] = {"torch eager": bench_workers.run(
-            Path(__file__), ["--worker", "torch", "--model", model]), "routes": {}}
+        results[model] = {"torch eager": workers.run(
+            "benchmarks.models.profile", ["--worker", "torch", "--model", model]), "routes": {}}
         for route in args.routes:
             print(f"{model}: {route}", flush=True)
-            results[model]["routes"][route] = bench_workers.run(
-                Path(__file__), ["--worker", "ms_aten", "--model", model, "--route", route]
+            results[model]["routes"][route] = workers.run(
+                "benchmarks.models.profile",
+                ["--worker", "ms_aten", "--model", model, "--route", route]
                 + (["--no-perf"] if args.no_perf else []), ms_env)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "_".join(["profile_runs", *ms_env])
@@ -358,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     started = tuple(round(x, 2) for x in load)
     (args.out / f"{stem}.md").write_text(
         f"# Where the time goes: per-phase profiles\n\n"
-        f"`python benchmarks/profile_models.py {shlex.join(argv or sys.argv[1:])}` (load average "
+        f"`python -m benchmarks.models.profile {shlex.join(argv or sys.argv[1:])}` (load average "
         f"at start {started}" + (f"; the ms_aten workers ran with {ms_env}" if ms_env else "")
         + (f"; {args.note}" if args.note else "") + f")\n\n{method}\n{table}\n")
 

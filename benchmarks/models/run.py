@@ -1,19 +1,19 @@
 """Whole models: ms_aten.module against torch eager, each route timed alone in fresh processes.
 
-    .venv/bin/python benchmarks/bench_models.py                 # GPT-2 tiny and medium, BERT medium
-    .venv/bin/python benchmarks/bench_models.py --quick         # tiny GPT-2, a smoke run (CI)
-    .venv/bin/python benchmarks/bench_models.py --models gpt2-tiny --processes 5 \\
+    .venv/bin/python -m benchmarks.models.run                 # GPT-2 tiny and medium, BERT medium
+    .venv/bin/python -m benchmarks.models.run --quick         # tiny GPT-2, a smoke run (CI)
+    .venv/bin/python -m benchmarks.models.run --models gpt2-tiny --processes 5 \\
         --note "under load: two other engineers' builds"
 
 Method:
-- torch eager runs in model_worker_torch.py, a process that never imports MindSpore (it checks);
-  ms_aten in model_worker_ms_aten.py, a process of its own. MindSpore's runtime threads slow
+- torch eager runs in models/worker_torch.py, a process that never imports MindSpore (it checks);
+  ms_aten in models/worker_ms_aten.py, a process of its own. MindSpore's runtime threads slow
   torch eager down several times when both share a process.
 - One route per process: routes timed in turns in one process slow each other down (a
   forward+backward timed between forwards took ten times as long), and users run one loop.
   Each route runs in --processes fresh processes (default 3), torch's and ms_aten's
   alternating, the order reversed every other round; a process's figure is the median of its
-  samples (bench_timing.measure), the route's figure the median over its processes.
+  samples (timing.measure), the route's figure the median over its processes.
 - Before timing, the ms_aten worker checks its route against torch eager in its own process:
   the logits, the loss and every gradient, the weights after one Adam step. Both workers report
   a fingerprint of torch's forward, so all processes of a model provably ran the same weights
@@ -35,11 +35,16 @@ import statistics
 import time
 from pathlib import Path
 
-import bench_workers
-from model_bench import CONFIGS, MS_ATEN_ROUTES, TORCH_ROUTES, TORCH_STEP, TORCH_STEP_FUSED
+from benchmarks.common import workers
+from benchmarks.models.workloads import (
+    CONFIGS,
+    MS_ATEN_ROUTES,
+    TORCH_ROUTES,
+    TORCH_STEP,
+    TORCH_STEP_FUSED,
+)
 
-BENCH = Path(__file__).resolve().parent
-WORKERS = {"torch": BENCH / "model_worker_torch.py", "ms_aten": BENCH / "model_worker_ms_aten.py"}
+WORKERS = {"torch": "benchmarks.models.worker_torch", "ms_aten": "benchmarks.models.worker_ms_aten"}
 DEFAULT_MODELS = ("gpt2-tiny", "gpt2-medium", "bert-medium")
 
 
@@ -47,7 +52,7 @@ def run_worker(side: str, model: str, route: str | None, extra: list[str],
                env: dict[str, str] | None = None) -> dict:
     """One fresh worker process for `model` (and `route`, else every route); its result."""
     arguments = ["--model", model, *extra] + (["--route", route] if route is not None else [])
-    return bench_workers.run(WORKERS[side], arguments, env)
+    return workers.run(WORKERS[side], arguments, env)
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -74,7 +79,7 @@ def bench_model(model: str, routes: list[str], processes: int, extra: list[str],
                 if (side, route) in runs:
                     runs[(side, route)].append(result)
     else:
-        for side, route in bench_workers.schedule(jobs, processes):
+        for side, route in workers.schedule(jobs, processes):
             started = time.perf_counter()
             result = run_worker(side, model, route, extra, ms_env if side == "ms_aten" else None)
             runs[(side, route)].append(result)
@@ -151,7 +156,7 @@ def write_markdown(results: Path) -> Path:
     markdown = results.with_suffix(".md")
     markdown.write_text(
         "# Whole models: ms_aten against torch eager\n\n"
-        + bench_workers.machine_header(meta)
+        + workers.machine_header(meta)
         + f"- {meta['processes_per_route']} processes per route; per process the median of "
         f"{samples['repeats']} samples of at least {samples['target_s']} s\n"
         + (f"- the ms_aten workers ran with {meta['ms_env']}\n" if meta["ms_env"] else "")
@@ -191,13 +196,13 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{name}:", flush=True)
         rows[name] = bench_model(name, args.routes, 1 if args.quick else args.processes, extra,
                                  args.quick, ms_env)
-    meta = {**bench_workers.machine_meta(started, load_start), "note": args.note,
+    meta = {**workers.machine_meta(started, load_start), "note": args.note,
             "quick": args.quick,
             "processes_per_route": 1 if args.quick else args.processes,
             "samples": {"repeats": repeats, "target_s": target_s}, "threads": args.threads,
             "ms_env": ms_env}
     print(report(rows))
-    out = args.out or (None if args.quick else BENCH / "results")
+    out = args.out or (None if args.quick else workers.RESULTS)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         parts = ["models"] + ([f"threads{args.threads}"] if args.threads else []) + list(ms_env)

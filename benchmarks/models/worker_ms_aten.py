@@ -1,7 +1,7 @@
-"""The whole-model benchmark's ms_aten side, in a process of its own. bench_models.py and
-bench_memory.py start it; it prints one RESULT line of JSON.
+"""The whole-model benchmark's ms_aten side, in a process of its own. models/run.py and
+models/memory.py start it; it prints one RESULT line of JSON.
 
-    .venv/bin/python benchmarks/model_worker_ms_aten.py --model gpt2-tiny [--measure memory
+    .venv/bin/python -m benchmarks.models.worker_ms_aten --model gpt2-tiny [--measure memory
         --route "GRAPH forward+backward"]
 
 The model is `ms_aten.module(model, inputs)`, a MindSpore Cell, on the torch worker's weights
@@ -28,10 +28,12 @@ from dataclasses import dataclass
 import mindspore as ms
 import numpy as np
 import torch
-from bench_timing import ms_sync
-from bench_workers import emit
 from mindspore import context, nn
-from model_bench import (
+
+import ms_aten
+from benchmarks.common.timing import ms_sync
+from benchmarks.common.workers import emit
+from benchmarks.models.workloads import (
     BETAS,
     EPS,
     LR,
@@ -45,12 +47,10 @@ from model_bench import (
     peak_memory,
     time_routes,
 )
-
-import ms_aten
 from ms_aten import to_ms
 
 # isort: split
-from loss_cell import LossCell  # tests/loss_cell.py; model_bench put tests/ on sys.path
+from loss_cell import LossCell  # tests/loss_cell.py; workloads put tests/ on sys.path
 
 GRAPH, PYNATIVE = ms.GRAPH_MODE, ms.PYNATIVE_MODE
 MODE_NAMES = {GRAPH: "GRAPH", PYNATIVE: "PYNATIVE"}
@@ -245,7 +245,7 @@ def checked_routes(bench: Bench, only: str | None) -> tuple[dict[str, Callable[[
     once more to count its kernel launches; the callables to time."""
     routes = bench.routes()
     if set(routes) != set(MS_ATEN_ROUTES):
-        raise AssertionError(f"model_bench.MS_ATEN_ROUTES is out of date: {sorted(routes)}")
+        raise AssertionError(f"workloads.MS_ATEN_ROUTES is out of date: {sorted(routes)}")
     if only is not None:
         routes = {only: routes[only]}
     launches = {}

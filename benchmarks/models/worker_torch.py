@@ -1,8 +1,8 @@
 """The whole-model benchmark's torch eager side, in a process that never imports MindSpore (so
-that MindSpore's runtime threads do not compete with torch's). bench_models.py and
-bench_memory.py start it; it prints one RESULT line of JSON.
+that MindSpore's runtime threads do not compete with torch's). models/run.py and
+models/memory.py start it; it prints one RESULT line of JSON.
 
-    .venv/bin/python benchmarks/model_worker_torch.py --model gpt2-tiny [--measure memory
+    .venv/bin/python -m benchmarks.models.worker_torch --model gpt2-tiny [--measure memory
         --route forward+backward]
 
 Routes: the forward under no_grad; the forward and backward (gradients zeroed, kept
@@ -16,8 +16,9 @@ import copy
 import sys
 
 import torch
-from bench_workers import emit
-from model_bench import (
+
+from benchmarks.common.workers import emit
+from benchmarks.models.workloads import (
     BETAS,
     EPS,
     LR,

@@ -1,7 +1,7 @@
 """What the whole-model benchmark's two workers share: the models, the settings, the timing and
 memory measurement.
 
-Imports torch only: the torch eager worker (model_worker_torch.py) runs in a process that never
+Imports torch only: the torch eager worker (models/worker_torch.py) runs in a process that never
 imports MindSpore, and checks that it did not.
 """
 from __future__ import annotations
@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from bench_timing import TimingConfig, measure, no_sync
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.common.timing import TimingConfig, measure, no_sync
+from benchmarks.common.workers import ROOT
+
+# tests/ is no package: its modules import each other by their own names, so it goes on the path.
 sys.path.insert(0, str(ROOT / "tests"))
 
 import models  # noqa: E402  (tests/models.py: the model factories the tests use; torch only)
@@ -90,7 +92,7 @@ def fingerprint(logits: torch.Tensor) -> float:
 
 
 def time_routes(calls: dict[str, Callable[[], object]], config: TimingConfig) -> dict[str, dict]:
-    """Median ms per call of each route, sampled round-robin (bench_timing.measure). Every
+    """Median ms per call of each route, sampled round-robin (timing.measure). Every
     call synchronizes itself, so no sample ends with a separate sync."""
     timings = measure({name: (call, no_sync) for name, call in calls.items()}, config)
     return {name: {"ms": t.median_us / 1e3, "min_ms": t.min_us / 1e3, "inner": t.inner,

@@ -1,7 +1,7 @@
 """The benchmarked ops: inputs per size, torch's reference, ATen's out= call and the ms_aten op
-(MindSpore's native equivalents are in bench_natives.py).
+(MindSpore's native equivalents are in ops/natives.py).
 
-Imports torch only: the op benchmark's torch worker (op_worker_torch.py) times ATen's out= calls
+Imports torch only: the op benchmark's torch worker (ops/worker_torch.py) times ATen's out= calls
 in a process that never imports MindSpore.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MindSpore's native equivalents of the benchmarked ops (bench_ops.py), by op name.
+"""MindSpore's native equivalents of the benchmarked ops (ops/cases.py), by op name.
 
 They are module-level functions of the call-time tensors, so MindSpore's GRAPH parser can
 compile them inside an nn.Cell; an op may have several (ops.* and mint.*), each is measured on
@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bench_ops import LN_EPS, SLOPE, TOPK
 from mindspore import mint, ops
+
+from benchmarks.ops.cases import LN_EPS, SLOPE, TOPK
 
 
 @dataclass(frozen=True)

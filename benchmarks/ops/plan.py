@@ -1,4 +1,4 @@
-"""What one op-benchmark run measures, and how hard: shared by run.py and both workers, so that
+"""What one op-benchmark run measures, and how hard: shared by ops/run.py and both workers, so that
 the torch worker times the baselines of exactly the cases the MindSpore worker times."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import argparse
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench_results import baseline_key
-from bench_timing import TimingConfig
+from benchmarks.common.timing import TimingConfig
+from benchmarks.common.workers import RESULTS
+from benchmarks.ops.results import baseline_key
 
-BENCH_DIR = Path(__file__).resolve().parent
 SEED = 0
 THREAD_COUNTS = (1, 2)
 ALL_OPS = ("relu", "leaky_relu", "gelu", "softmax", "layer_norm", "sum", "cumsum", "mm",
@@ -51,17 +51,17 @@ FULL = Plan(ops=ALL_OPS, sizes=("small", "large"), thread_ops=THREAD_OPS, thread
             chain_length=50, small=TimingConfig(warmup=5, repeats=11, target_s=0.1),
             large=TimingConfig(warmup=2, repeats=5, target_s=0.1),
             dispatcher=TimingConfig(warmup=50, repeats=21, target_s=0.2), build_seed=True,
-            out=BENCH_DIR / "results")
+            out=RESULTS)
 QUICK = Plan(ops=("leaky_relu", "softmax", "topk"), sizes=("small",),
              thread_ops=("leaky_relu",), thread_size="small", chain_length=50,
              small=TimingConfig(warmup=1, repeats=3, target_s=0.01),
              large=TimingConfig(warmup=1, repeats=3, target_s=0.01),
              dispatcher=TimingConfig(warmup=2, repeats=5, target_s=0.01), build_seed=False,
-             out=BENCH_DIR / "results" / "quick")
+             out=RESULTS / "quick")
 
 
 def plan_from_command_line(description: str) -> Plan:
-    """The plan a worker's command line names: --quick and --ops, as run.py passes them."""
+    """The plan a worker's command line names: --quick and --ops, as ops/run.py passes them."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--ops")

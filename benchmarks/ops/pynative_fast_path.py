@@ -3,12 +3,12 @@ ms_aten/ops/fast_path.py) against the ops.Custom(aot) route and MindSpore's nati
 under ms.grad. All in one process, 8-element float32 input, results and gradients checked
 against torch first; prints a markdown table of medians in microseconds.
 
-    .venv/bin/python benchmarks/pynative_fast_path.py [--repeats N] [--chain K]
+    .venv/bin/python -m benchmarks.ops.pynative_fast_path [--repeats N] [--chain K]
 
 Rows: a forward call; one ms.grad step of f(x).sum() (ms.grad's own work included); and what
 one more call adds inside ms.grad (its forward and backward), from a chain of K calls:
 (step(K) - step(1)) / (K - 1). Each sample is a run of back-to-back calls ended by one executor
-sync (as in bench_timing.py), taken round-robin over the routes, and is read twice: wall time,
+sync (as in common/timing.py), taken round-robin over the routes, and is read twice: wall time,
 and CPU time of the whole process (all of MindSpore's threads), which a shared machine's load
 disturbs less. Needs the fast-path module (python -m ms_aten.native.pyboost).
 """
@@ -27,10 +27,10 @@ from collections.abc import Callable, Hashable  # noqa: E402
 import mindspore as ms  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from bench_timing import TimingConfig, calibrate, ms_sync  # noqa: E402
 from mindspore import Tensor, mint, ops  # noqa: E402
 
 import ms_aten  # noqa: E402
+from benchmarks.common.timing import TimingConfig, calibrate, ms_sync  # noqa: E402
 from ms_aten.native import pyboost  # noqa: E402
 from ms_aten.ops import fast_path  # noqa: E402
 
@@ -71,7 +71,7 @@ def chain(forward: Callable, length: int) -> Callable:
 
 def measure(calls: dict[Hashable, Callable[[], object]],
             config: TimingConfig) -> dict[Hashable, tuple[float, float]]:
-    """Median (wall, process CPU) microseconds per call; bench_timing.measure's sampling."""
+    """Median (wall, process CPU) microseconds per call; timing.measure's sampling."""
     inner = {}
     for key, call in calls.items():
         for _ in range(config.warmup):

@@ -10,7 +10,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
-from bench_results import (  # noqa: E402
+
+from benchmarks.ops.results import (  # noqa: E402
     EMPTY_AOT,
     GRAPH,
     MS_ATEN,

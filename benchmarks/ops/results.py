@@ -1,8 +1,8 @@
 """The op benchmark's results, without torch or MindSpore: route families and modes, what one
 route and one (op, size) gave, and the merging of several processes' results into one figure.
 
-run.py (the orchestrator, which imports neither framework) merges and reports them; the
-workers (op_worker_ms_aten.py, op_worker_torch.py) produce them.
+ops/run.py (the orchestrator, which imports neither framework) merges and reports them; the
+workers (ops/worker_ms_aten.py, ops/worker_torch.py) produce them.
 """
 from __future__ import annotations
 

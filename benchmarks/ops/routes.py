@@ -12,12 +12,12 @@ from typing import Any
 import mindspore as ms
 import numpy as np
 import torch
-from bench_natives import NATIVES
-from bench_ops import Arrays, OpCase, flatten
-from bench_results import EMPTY_AOT, GRAPH, MS_ATEN, NATIVE, PYFUNC, PYNATIVE, SEED_AOT
 from mindspore import nn, ops
 
 import ms_aten
+from benchmarks.ops.cases import Arrays, OpCase, flatten
+from benchmarks.ops.natives import NATIVES
+from benchmarks.ops.results import EMPTY_AOT, GRAPH, MS_ATEN, NATIVE, PYFUNC, PYNATIVE, SEED_AOT
 
 MODES = {GRAPH: ms.GRAPH_MODE, PYNATIVE: ms.PYNATIVE_MODE}
 MS_DTYPES = {torch.float32: ms.float32, torch.int64: ms.int64}  # the benchmarks' output dtypes

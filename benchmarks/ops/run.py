@@ -2,14 +2,14 @@
 Custom calling torch through numpy, the seed-style hand-written AOT kernel and an empty AOT
 kernel (MindSpore's own cost of a Custom op). Writes results.md, results.json and speed.png.
 
-    .venv/bin/python benchmarks/run.py                # full run: 3 rounds, about 45 minutes
-    .venv/bin/python benchmarks/run.py --quick        # CI smoke: 3 ops, small inputs, 1 round
-    .venv/bin/python benchmarks/run.py --out DIR --note "what else ran on the machine"
-    .venv/bin/python benchmarks/run.py --ops relu,leaky_relu --processes 5
+    .venv/bin/python -m benchmarks.ops.run                # full run: 3 rounds, about 45 minutes
+    .venv/bin/python -m benchmarks.ops.run --quick        # CI smoke: 3 ops, small inputs, 1 round
+    .venv/bin/python -m benchmarks.ops.run --out DIR --note "what else ran on the machine"
+    .venv/bin/python -m benchmarks.ops.run --ops relu,leaky_relu --processes 5
 
 This process only orchestrates (it imports neither torch nor MindSpore): each round runs the
-MindSpore side (op_worker_ms_aten.py: every route, the natives beside ms_aten in one process)
-and ATen's out= baselines (op_worker_torch.py, a process that never imports MindSpore) in
+MindSpore side (ops/worker_ms_aten.py: every route, the natives beside ms_aten in one process)
+and ATen's out= baselines (ops/worker_torch.py, a process that never imports MindSpore) in
 fresh processes, the order alternating; figures are medians over the rounds. The full run
 writes benchmarks/results/, --quick writes benchmarks/results/quick/.
 """
@@ -23,12 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-import bench_workers
-from bench_plan import BENCH_DIR, THREAD_COUNTS, plan_for
-from bench_report import Report, write
-from bench_results import case_from_dict, merge
+from benchmarks.common import workers
+from benchmarks.ops.plan import THREAD_COUNTS, plan_for
+from benchmarks.ops.report import Report, write
+from benchmarks.ops.results import case_from_dict, merge
 
-WORKERS = {"torch": BENCH_DIR / "op_worker_torch.py", "ms_aten": BENCH_DIR / "op_worker_ms_aten.py"}
+WORKERS = {"torch": "benchmarks.ops.worker_torch", "ms_aten": "benchmarks.ops.worker_ms_aten"}
 PARTS = ("cases", "chains", "threads", "dispatcher")
 
 METHOD = """\
@@ -55,7 +55,7 @@ Method:
   right MindSpore equivalent in that mode (ops.* or mint.*; every candidate is in
   results.json). pyfunc: ops.Custom(func_type="pyfunc") calling the torch function through
   numpy. seed_aot: csrc/examples/leaky_relu.cpp built with `python -m ms_aten.build`
-  ({seed_note}). empty_aot: benchmarks/empty_kernel.cpp, a Custom aot kernel that returns at
+  ({seed_note}). empty_aot: benchmarks/ops/empty_kernel.cpp, a Custom aot kernel that returns at
   once (not checked: it computes nothing): MindSpore's own cost of launching any Custom op.
 """
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(rounds):
         for side in ("torch", "ms_aten") if r % 2 == 0 else ("ms_aten", "torch"):
             print(f"[{time.time() - started:5.0f} s] round {r + 1}/{rounds}: {side}", flush=True)
-            result = bench_workers.run(WORKERS[side], flags)
+            result = workers.run(WORKERS[side], flags)
             (baselines if side == "torch" else ms_runs).append(result)
     merged = {part: [merge([case_from_dict(dict(run[part][i])) for run in ms_runs],
                            [b["baselines"] for b in baselines])

@@ -1,7 +1,8 @@
 """Running the MindSpore side of the op benchmark: for one (op, size), every route checked against
 torch and, only if it is right, timed on the same data; plus the per-op-in-graph chains. A route
 that fails is "n/a" with MindSpore's reason, a wrong one is "wrong". ATen's out= baseline is
-timed apart, in processes without MindSpore (op_worker_torch.py); run.py brings both together."""
+timed apart, in processes without MindSpore (ops/worker_torch.py); ops/run.py brings both
+together."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -11,9 +12,11 @@ from pathlib import Path
 import mindspore as ms
 import numpy as np
 import torch
-from bench_ops import Arrays, OpCase, flatten, mismatch
-from bench_results import EMPTY_AOT, GRAPH, NA, OK, WRONG, CaseResult, RouteResult
-from bench_routes import (
+
+from benchmarks.common.timing import TimingConfig, measure, ms_sync
+from benchmarks.ops.cases import Arrays, OpCase, flatten, mismatch
+from benchmarks.ops.results import EMPTY_AOT, GRAPH, NA, OK, WRONG, CaseResult, RouteResult
+from benchmarks.ops.routes import (
     MODES,
     Route,
     build,
@@ -26,7 +29,6 @@ from bench_routes import (
     seed_aot_route,
     to_numpy,
 )
-from bench_timing import TimingConfig, measure, ms_sync
 
 CHAIN_TOLERANCE = (1e-3, 1e-3)  # rounding differences compound along a chain
 Check = Callable[[list[np.ndarray]], "str | None"]  # why outputs are wrong, or None
@@ -98,7 +100,7 @@ class Kernels:
     """The compiled AOT kernels some routes need (benchmarks/.cache), where available."""
 
     seed_aot: Path | None = None  # csrc/examples/leaky_relu.cpp: leaky_relu only
-    empty_aot: Path | None = None  # benchmarks/empty_kernel.cpp
+    empty_aot: Path | None = None  # benchmarks/ops/empty_kernel.cpp
 
 
 def hand_written_routes(case: OpCase, kernels: Kernels, mode: str) -> list[Route]:
@@ -123,7 +125,7 @@ def routes_for(case: OpCase, data: Prepared, kernels: Kernels) -> list[Route]:
 
 def new_result(case: OpCase, size: str, data: Prepared, routes: list[RouteResult], threads: int,
                chain_length: int | None = None) -> CaseResult:
-    """The case's routes; its ATen out= baseline comes from the torch workers (run.py)."""
+    """The case's routes; its ATen out= baseline comes from the torch workers (ops/run.py)."""
     return CaseResult(case.name, size, [list(a.shape) for a in data.arrays], threads,
                       float("nan"), routes, chain_length)
 

@@ -1,10 +1,10 @@
 """The op benchmark's MindSpore side: ms_aten, MindSpore's native CPU ops, a pyfunc Custom
 calling torch through numpy, the seed-style hand-written AOT kernel and an empty AOT kernel
-(MindSpore's own cost of a Custom op), all in this one process on the same data. run.py starts
+(MindSpore's own cost of a Custom op), all in this one process on the same data. ops/run.py starts
 it; it prints one RESULT line of JSON (its cases, chains, thread study and dispatcher study,
-without the ATen out= baselines, which op_worker_torch.py times without MindSpore).
+without the ATen out= baselines, which ops/worker_torch.py times without MindSpore).
 
-    .venv/bin/python benchmarks/op_worker_ms_aten.py [--quick] [--ops relu,mm]
+    .venv/bin/python -m benchmarks.ops.worker_ms_aten [--quick] [--ops relu,mm]
 
 The seed AOT kernel is compiled once into benchmarks/.cache/ (about 45 s) and rebuilt only when
 its source or ms_ext.h is newer; --quick never compiles it and skips that route when it is not
@@ -25,9 +25,11 @@ from pathlib import Path  # noqa: E402
 
 import mindspore as ms  # noqa: E402
 import torch  # noqa: E402
-from bench_ops import by_name  # noqa: E402
-from bench_plan import (  # noqa: E402
-    BENCH_DIR,
+
+import ms_aten  # noqa: E402
+from benchmarks.common.workers import ROOT, emit  # noqa: E402
+from benchmarks.ops.cases import by_name  # noqa: E402
+from benchmarks.ops.plan import (  # noqa: E402
     DISPATCHER_OPS,
     DISPATCHER_SIZE,
     SEED,
@@ -35,18 +37,16 @@ from bench_plan import (  # noqa: E402
     Plan,
     plan_from_command_line,
 )
-from bench_results import MS_ATEN, NATIVE, OK, PYNATIVE, SEED_AOT, CaseResult  # noqa: E402
-from bench_runner import Kernels, in_mode, is_family, run_case, run_chain  # noqa: E402
-from bench_workers import emit  # noqa: E402
+from benchmarks.ops.results import MS_ATEN, NATIVE, OK, PYNATIVE, SEED_AOT, CaseResult  # noqa: E402
+from benchmarks.ops.runner import Kernels, in_mode, is_family, run_case, run_chain  # noqa: E402
 
-import ms_aten  # noqa: E402
-
-ROOT = BENCH_DIR.parent
+HERE = Path(__file__).resolve().parent
+CACHE = ROOT / "benchmarks" / ".cache"
 SEED_SOURCE = ROOT / "csrc" / "examples" / "leaky_relu.cpp"
 SEED_DEPENDS = (SEED_SOURCE, ROOT / "csrc" / "boundary" / "ms_ext.h")
-SEED_LIBRARY = BENCH_DIR / ".cache" / "leaky_relu_cpu.so"
-EMPTY_SOURCE = BENCH_DIR / "empty_kernel.cpp"
-EMPTY_LIBRARY = BENCH_DIR / ".cache" / "empty_kernel.so"
+SEED_LIBRARY = CACHE / "leaky_relu_cpu.so"
+EMPTY_SOURCE = HERE / "empty_kernel.cpp"
+EMPTY_LIBRARY = CACHE / "empty_kernel.so"
 
 
 def seed_kernel(may_build: bool) -> tuple[Path | None, str]:

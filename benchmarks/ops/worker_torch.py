@@ -1,11 +1,11 @@
 """The op benchmark's baseline, ATen's out= calls, timed in a process that never imports
-MindSpore (it checks). run.py starts it; it prints one RESULT line of JSON: the median µs per
-call of every baseline the plan needs, by key (bench_plan.Plan.baselines).
+MindSpore (it checks). ops/run.py starts it; it prints one RESULT line of JSON: the median µs per
+call of every baseline the plan needs, by key (plan.Plan.baselines).
 
-    .venv/bin/python benchmarks/op_worker_torch.py [--quick] [--ops relu,mm]
+    .venv/bin/python -m benchmarks.ops.worker_torch [--quick] [--ops relu,mm]
 
 Each baseline is checked against torch's functional op first; the calls of one thread count are
-timed round-robin (bench_timing.measure) under torch.inference_mode.
+timed round-robin (timing.measure) under torch.inference_mode.
 """
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from bench_ops import by_name, flatten, mismatch
-from bench_plan import SEED, plan_from_command_line
-from bench_timing import measure, no_sync
-from bench_workers import emit
+
+from benchmarks.common.timing import measure, no_sync
+from benchmarks.common.workers import emit
+from benchmarks.ops.cases import by_name, flatten, mismatch
+from benchmarks.ops.plan import SEED, plan_from_command_line
 
 
 def checked_call(op: str, size: str) -> Callable[[], object]:

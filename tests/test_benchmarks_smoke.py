@@ -1,4 +1,5 @@
-"""Smoke test of the benchmark harness: `benchmarks/run.py --quick` runs and writes its results.
+"""Smoke test of the benchmark harness: each family's driver (`python -m benchmarks.ops.run`,
+`benchmarks.models.run`, `benchmarks.dynamic.run`) runs with --quick and writes its results.
 
 No timing is asserted: the numbers depend on the machine and its load.
 """
@@ -12,14 +13,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "benchmarks" / "run.py"
 TIME_LIMIT_S = 300  # the quick run takes well under a minute; this only stops a hang
 
 
 @pytest.mark.slow
 def test_quick_benchmark_writes_table_json_and_plot(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(RUN), "--quick", "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=TIME_LIMIT_S)
+    done = subprocess.run([sys.executable, "-m", "benchmarks.ops.run", "--quick", "--out",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=TIME_LIMIT_S)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
 
     table = (tmp_path / "results.md").read_text()
@@ -41,8 +42,8 @@ def test_quick_model_benchmark_checks_every_route_and_counts_launches(tmp_path: 
     """Every route of tiny GPT-2 runs, each worker in its own process, is checked against torch
     (a wrong result fails the worker, hence the run), and launches what it should: one kernel
     per forward, two per forward+backward, so the backward is not pruned."""
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_models.py"),
-                           "--quick", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "benchmarks.models.run", "--quick",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=TIME_LIMIT_S)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
     row = json.loads((tmp_path / "models.json").read_text())["models"]["gpt2-tiny"]
@@ -61,8 +62,8 @@ def test_quick_dynamic_benchmark_checks_both_workloads_on_every_route(tmp_path: 
     its own process beside torch eager's: the workers' tokens equal torch's and their losses
     follow torch's (the run fails otherwise), and every item launches what it should: one
     kernel per decoded token, three per training step (forward, backward, the Adam update)."""
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_dynamic.py"),
-                           "--quick", "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "benchmarks.dynamic.run", "--quick",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=TIME_LIMIT_S)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
     workloads = json.loads((tmp_path / "dynamic.json").read_text())["workloads"]

@@ -67,7 +67,7 @@ def test_adam_training_follows_torch(name, mode):
 
     lr is 1e-3: the two Adams place epsilon differently (MindSpore adds it to sqrt(v) before
     the bias correction, torch after), which at lr 1e-2 alone moves GPT-2's loss by 0.9 % in
-    30 steps; with MindSpore's placement emulated in torch the gap is 3e-5 (see the README).
+    30 steps; with MindSpore's placement emulated in torch the gap is 3e-5 (see docs/porting.md).
     """
     c, lr = case(name), 1e-3
     ms_losses, cell, _ = train_ms(c, mode, lambda p: nn.Adam(p, learning_rate=lr))

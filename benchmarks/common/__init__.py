@@ -1,0 +1,1 @@
+"""What the benchmark families share: worker processes, timing, the machine record."""

@@ -1,0 +1,71 @@
+"""What the benchmark families share: starting a worker in a fresh process and reading its
+result (the one stdout line that starts with RESULT, JSON after it), the order of the jobs, and
+the record of the machine a run used. Imports neither torch nor MindSpore."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: workers run as modules from here
+RESULTS = ROOT / "benchmarks" / "results"  # every family's full runs write here
+RESULT = "RESULT "
+TIMEOUT_S = 3600
+
+
+def emit(result: dict) -> None:
+    """A worker's last word: its result, as the line run() reads."""
+    print(RESULT + json.dumps(result), flush=True)
+
+
+def run(module: str, arguments: list[str], env: dict[str, str] | None = None) -> dict:
+    """`python -m module arguments` in a fresh Python process started in the repository root
+    (`env` added to this one's environment, and GLOG_v=3: MindSpore logs errors only); its
+    result. A failing worker stops the run with its output."""
+    done = subprocess.run([sys.executable, "-m", module, *arguments], cwd=ROOT,
+                          capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env=dict(os.environ, GLOG_v="3", **(env or {})))
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{module} {' '.join(arguments)} failed ({done.returncode}):\n"
+                           f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return json.loads(lines[-1][len(RESULT):])
+
+
+Job = tuple[str, ...]  # (side, what it runs...): side "torch", or another
+
+
+def schedule(jobs: list[Job], processes: int) -> list[Job]:
+    """Every job once per round; torch's and the other side's alternate, and every other round
+    runs backwards, so that a drift in the machine's load falls on both sides alike."""
+    torch_jobs = [job for job in jobs if job[0] == "torch"]
+    other_jobs = [job for job in jobs if job[0] != "torch"]
+    one_round: list[Job] = []
+    for i in range(max(len(torch_jobs), len(other_jobs))):
+        one_round += torch_jobs[i:i + 1] + other_jobs[i:i + 1]
+    return [job for r in range(processes) for job in (one_round if r % 2 == 0
+                                                       else one_round[::-1])]
+
+
+def machine_meta(started: float, load_start: tuple[float, float, float]) -> dict:
+    """When and where a benchmark ran, and the machine's load around it (`started`: its
+    time.time() at the start, `load_start`: os.getloadavg() then)."""
+    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "host": f"{platform.platform()}, {os.cpu_count()} CPUs",
+            "loadavg_start": [round(x, 2) for x in load_start],
+            "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+            "wall_s": round(time.time() - started)}
+
+
+def machine_header(meta: dict) -> str:
+    """machine_meta's record (and a note on the load, if given) as the first lines of a
+    report."""
+    return (f"- {meta['date']}; {meta['host']}; {meta['wall_s']} s\n"
+            f"- load average (1/5/15 min) at start {tuple(meta['loadavg_start'])}, at end "
+            f"{tuple(meta['loadavg_end'])}\n" + (f"- note: {meta['note']}\n" if meta.get("note")
+                                                   else ""))

@@ -1,0 +1,1 @@
+"""Dynamic-shape benchmark: decoding and training over changing lengths against torch eager."""

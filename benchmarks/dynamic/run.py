@@ -1,0 +1,156 @@
+"""Dynamic shapes: issue 18's two workloads on a tiny GPT-2, torch eager against ms_aten captured
+with dynamic_shapes (one capture) and captured statically (one capture per shape).
+
+    .venv/bin/python -m benchmarks.dynamic.run [--processes 3] [--note "..."]
+    .venv/bin/python -m benchmarks.dynamic.run --quick --out /tmp/d     # a smoke run (CI)
+
+Method:
+- decode: greedy decoding from an 8-token prompt to 40 tokens without a KV cache, each token
+  read back before the next step (32 calls, 32 lengths); train: batches of 4 sequences at 6
+  lengths, 2 epochs, Adam at lr 1e-3 (torch.optim.Adam, and ms_aten.optim.Adam, torch's update).
+- torch eager runs in dynamic/worker_torch.py, a process that never imports MindSpore; each
+  ms_aten route (mode × dynamic/static) in dynamic/worker_ms_aten.py, a process of its own; each
+  job in --processes fresh processes, torch's and ms_aten's alternating, every other round
+  backwards; figures are medians over the processes.
+- Per process: the cold run (the first run of the workload in the process: for ms_aten, the
+  capture before it, and every capture and compile it triggers) is the total; its first call;
+  its ms per item after the first call; and the steady state, the median of 5 warm runs' ms per
+  item. The decoded tokens must equal torch's, and the losses be within 1e-3 relative of
+  torch's, in every process. ms_aten's kernel launches per item are counted in a warm run.
+- The dynamic route's steady state is compared with the static route's on the same lengths
+  (issue 18's goal: at most ×1.2).
+Writes benchmarks/results/dynamic.{md,json} (--out DIR elsewhere; --quick only with --out).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import workers
+
+TORCH, MS_ATEN = "benchmarks.dynamic.worker_torch", "benchmarks.dynamic.worker_ms_aten"
+WORKLOADS = ("decode", "train")
+ROUTES = [(mode, shapes) for shapes in ("dynamic", "static") for mode in ("graph", "pynative")]
+FIGURES = ("total_s", "first_call_s", "after_first_ms", "steady_ms")
+
+
+def worker(job: tuple[str, ...], warm: int) -> dict:
+    side, workload, *route = job
+    arguments = ["--workload", workload, "--warm", str(warm)]
+    if side == "torch":
+        return workers.run(TORCH, arguments)
+    mode, shapes = route
+    return workers.run(MS_ATEN, [*arguments, "--mode", mode, "--shapes", shapes])
+
+
+def check(workload: str, got: list, want: list, job: tuple[str, ...]) -> None:
+    """The decoded tokens equal torch's; the training losses are within 1e-3 of torch's."""
+    if workload == "decode" and got != want:
+        raise AssertionError(f"{job}: tokens {got} differ from torch's {want}")
+    np.testing.assert_allclose(got, want, rtol=1e-3, err_msg=str(job))
+
+
+def median_figures(results: list[dict]) -> dict:
+    entry = {key: statistics.median(r[key] for r in results) for key in FIGURES}
+    entry["per_process"] = {key: [r[key] for r in results] for key in FIGURES}
+    if "launches_per_item" in results[0]:
+        entry["launches_per_item"] = results[0]["launches_per_item"]
+    return entry
+
+
+def bench(processes: int, warm: int) -> dict:
+    jobs = [("torch", w) for w in WORKLOADS] + [("ms_aten", w, *r) for w in WORKLOADS
+                                                for r in ROUTES]
+    runs: dict[tuple[str, ...], list[dict]] = {job: [] for job in jobs}
+    for job in workers.schedule(jobs, processes):
+        started = time.perf_counter()
+        runs[job].append(worker(job, warm))
+        result = runs[job][-1]
+        print(f"  {' '.join(job):30} total {result['total_s']:8.2f} s, steady "
+              f"{result['steady_ms']:8.2f} ms/item ({time.perf_counter() - started:.0f} s)",
+              flush=True)
+    rows: dict = {}
+    for workload in WORKLOADS:
+        reference = runs[("torch", workload)]
+        want = reference[0]["produced"]
+        rows[workload] = {"torch": median_figures(reference), "produced": want}
+        for route in ROUTES:
+            job = ("ms_aten", workload, *route)
+            for result in runs[job]:
+                check(workload, result["produced"], want, job)
+            rows[workload]["-".join(route)] = median_figures(runs[job])
+    return rows
+
+
+def report(rows: dict) -> str:
+    lines = []
+    for workload, row in rows.items():
+        torch_row = row["torch"]
+        lines += ["", f"**{workload}**", "",
+                  "| | total (cold run) | first call | per item after the first | steady per item "
+                  "| launches / item |", "|---|---:|---:|---:|---:|---:|",
+                  f"| torch eager | {torch_row['total_s']:.3g} s | "
+                  f"{torch_row['first_call_s'] * 1e3:.3g} ms | "
+                  f"{torch_row['after_first_ms']:.3g} ms | {torch_row['steady_ms']:.3g} ms | |"]
+        for route in ROUTES:
+            entry = row["-".join(route)]
+            mode, shapes = route
+            lines.append(
+                f"| ms_aten {mode.upper()}, {shapes} | {entry['total_s']:.3g} s "
+                f"(×{entry['total_s'] / torch_row['total_s']:.3g}) | "
+                f"{entry['first_call_s']:.3g} s | {entry['after_first_ms']:.3g} ms "
+                f"(×{entry['after_first_ms'] / torch_row['after_first_ms']:.3g}) | "
+                f"{entry['steady_ms']:.3g} ms (×{entry['steady_ms'] / torch_row['steady_ms']:.3g})"
+                f" | {entry['launches_per_item']:g} |")
+        for mode in ("graph", "pynative"):
+            dynamic, static = row[f"{mode}-dynamic"], row[f"{mode}-static"]
+            lines.append(f"\n{mode.upper()}: the dynamic route's steady state is "
+                         f"×{dynamic['steady_ms'] / static['steady_ms']:.2f} the static "
+                         f"route's on the same lengths.")
+    return "\n".join(lines)
+
+
+def write_markdown(results: Path) -> Path:
+    data = json.loads(results.read_text())
+    meta = data["meta"]
+    method = __doc__.split("Method:\n", 1)[1].split("\nWrites", 1)[0]
+    markdown = results.with_suffix(".md")
+    markdown.write_text(
+        "# Dynamic shapes: ms_aten against torch eager\n\n"
+        + workers.machine_header(meta)
+        + f"- {meta['processes']} processes per job, {meta['warm']} warm runs per process\n"
+        + f"\nMethod:\n{method}\n{report(data['workloads'])}\n")
+    return markdown
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="one process per job, one warm run (a smoke run)")
+    parser.add_argument("--processes", type=int, default=3, help="fresh processes per job")
+    parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
+    parser.add_argument("--out", type=Path, help="folder for dynamic.{md,json}")
+    args = parser.parse_args(argv)
+    processes, warm = (1, 1) if args.quick else (args.processes, 5)
+    started, load_start = time.time(), os.getloadavg()
+    rows = bench(processes, warm)
+    meta = {**workers.machine_meta(started, load_start), "note": args.note,
+            "processes": processes, "warm": warm}
+    print(report(rows))
+    out = args.out or (None if args.quick else workers.RESULTS)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "dynamic.json"
+        path.write_text(json.dumps({"meta": meta, "workloads": rows}, indent=1))
+        write_markdown(path)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""The whole-model benchmark's torch eager side, in a process that never imports MindSpore (so
+that MindSpore's runtime threads do not compete with torch's). models/run.py and
+models/memory.py start it; it prints one RESULT line of JSON.
+
+    .venv/bin/python -m benchmarks.models.worker_torch --model gpt2-tiny [--measure memory
+        --route forward+backward]
+
+Routes: the forward under no_grad; the forward and backward (gradients zeroed, kept
+allocated, as the ms_aten route's gradient buffers are); a training step with
+torch.optim.Adam (torch's default implementation on CPU, a loop over parameters) and with
+Adam(fused=True); Adam's update alone, on gradients already there.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+
+import torch
+
+from benchmarks.common.workers import emit
+from benchmarks.models.workloads import (
+    BETAS,
+    EPS,
+    LR,
+    TORCH_ADAM,
+    TORCH_FORWARD,
+    TORCH_GRAD,
+    TORCH_STEP,
+    TORCH_STEP_FUSED,
+    Task,
+    case,
+    fingerprint,
+    metadata,
+    models,
+    parse_task,
+    peak_memory,
+    time_routes,
+)
+
+
+def routes(task: Task) -> tuple[dict, float]:
+    c = case(task.model)
+    module, x, target = c.module, c.inputs[0], c.target
+    with torch.no_grad():
+        reference = fingerprint(models.logits(module(x)))
+
+    def forward() -> None:
+        with torch.no_grad():
+            module(x)
+
+    def loss_of(model: torch.nn.Module) -> torch.Tensor:
+        return models.torch_loss(c.loss, models.logits(model(x)), target)
+
+    def grad() -> float:
+        module.zero_grad(set_to_none=False)
+        loss = loss_of(module)
+        loss.backward()
+        return loss.item()
+
+    def stepper(fused: bool):
+        model = copy.deepcopy(module)
+        optimizer = torch.optim.Adam(model.parameters(), lr=LR, betas=BETAS, eps=EPS, fused=fused)
+
+        def step() -> float:
+            optimizer.zero_grad()
+            loss = loss_of(model)
+            loss.backward()
+            optimizer.step()
+            return loss.item()
+        return step, optimizer
+
+    step, _ = stepper(False)
+    step_fused, _ = stepper(True)
+    adam_step, adam = stepper(False)
+    adam_step()  # gradients in place for the update alone
+    return {TORCH_FORWARD: forward, TORCH_GRAD: grad, TORCH_STEP: step,
+            TORCH_STEP_FUSED: step_fused, TORCH_ADAM: adam.step}, reference
+
+
+def main() -> None:
+    task = parse_task(__doc__.splitlines()[0])
+    if task.threads:
+        torch.set_num_threads(task.threads)
+    calls, reference = routes(task)
+    if task.route is not None:
+        calls = {task.route: calls[task.route]}
+    result = {"model": task.model, "fingerprint": reference,
+              "meta": metadata("torch", torch.get_num_threads())}
+    if task.measure == "memory":
+        result["memory"] = {name: peak_memory(call) for name, call in calls.items()}
+    else:
+        result["routes"] = time_routes(calls, task.timing)
+    if "mindspore" in sys.modules:
+        raise SystemExit("the torch eager worker imported MindSpore: its timings are void")
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()

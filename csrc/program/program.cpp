@@ -65,7 +65,7 @@ std::string describe(const std::exception& e) {
 // Puts a recorded CPU generator state in place for the VJP's recompute, and restores the
 // current one after: the backward replays the forward's random draws without moving torch's
 // stream. One replay at a time; a random op that another thread runs meanwhile would draw from
-// the replayed stream (documented in the README's limits).
+// the replayed stream (documented in docs/limits.md).
 class RngReplay {
  public:
   explicit RngReplay(const at::Tensor& state)

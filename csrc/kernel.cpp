@@ -1,6 +1,5 @@
 #include "kernel.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
 #include <stdexcept>
@@ -8,6 +7,7 @@
 #include "boundary/bridge_abi.h"
 #include "boundary/ms_ext.h"
 #include "device/device.h"
+#include "launch_thread.h"
 #include "op/bounded.h"
 #include "op/grad.h"
 #include "op/mutate.h"
@@ -60,7 +60,6 @@ Kernel* Kernel::create(const char* spec, const char* error) noexcept {
 }
 
 namespace {
-std::atomic<int> g_num_threads{0};  // 0: ATen's default (one per core)
 std::atomic<int64_t> g_launches{0};
 
 // For an in-place spec: copies call-time tensor 0 into the single output, which the in-place op
@@ -82,22 +81,24 @@ bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at:
 
 int64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
 
-void set_num_threads(int n) { g_num_threads.store(n < 0 ? 0 : n, std::memory_order_relaxed); }
-int num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
-
 void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                     c10::Device device, std::unique_ptr<SavedGraph>* slot) const {
   g_launches.fetch_add(1, std::memory_order_relaxed);
-  // One profiler event per launch, the parent of the ATen ops it runs: torch's profiler (with
-  // profile_all_threads: launches run in MindSpore's threads) then shows each launch's phases
-  // (benchmarks/profile_models.py). Without a profiler it costs a flag check.
-  RECORD_FUNCTION("ms_aten launch: " + name_, c10::ArrayRef<const c10::IValue>{});
   if (!call_ && !program_ && !family_) throw std::runtime_error(error_);
-  // OpenMP's thread count is a per-thread setting, and MindSpore launches kernels from its own
-  // worker threads: apply the configured count in whichever thread runs this launch.
-  if (const int wanted = num_threads(); wanted > 0 && at::get_num_threads() != wanted) {
-    at::set_num_threads(wanted);
-  }
+  const auto work = [&] { launch_here(nparam, params, ndims, shapes, dtypes, device, slot); };
+  if (!device.is_cpu()) return work();  // on the device's stream, from MindSpore's thread
+  // A program always has work to split; a single op only above ATen's grain size.
+  if (!program_ && !family_ && too_small_to_split(nparam, ndims, shapes)) return run_inline(work);
+  run_on_launch_thread(work);
+}
+
+void Kernel::launch_here(int nparam, void** params, int* ndims, int64_t** shapes,
+                         const char** dtypes, c10::Device device,
+                         std::unique_ptr<SavedGraph>* slot) const {
+  // One profiler event per launch, the parent of the ATen ops it runs: torch's profiler (with
+  // profile_all_threads: launches run on ms_aten's launch thread) then shows each launch's
+  // phases (benchmarks/profile_models.py). Without a profiler it costs a flag check.
+  RECORD_FUNCTION("ms_aten launch: " + name_, c10::ArrayRef<const c10::IValue>{});
   const auto program = family_ ? family_->select(nparam, ndims, shapes, dtypes) : program_;
   const int n_in = program ? program->input_count(nparam) : call_->input_count(nparam);
   if (n_in < 0 || n_in > nparam) {

@@ -39,6 +39,9 @@ class Kernel {
   explicit Kernel(std::shared_ptr<const Program> program);
   explicit Kernel(std::unique_ptr<ProgramFamily> family);
 
+  // launch() on the thread that runs it (launch_thread.h).
+  void launch_here(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+                   c10::Device device, std::unique_ptr<SavedGraph>* slot) const;
   void run_call(const std::vector<at::Tensor>& inputs,
                 const std::vector<at::Tensor>& outputs) const;
   // False when the out= (or in-place) kernel threw, or left an output other than MindSpore's
@@ -64,9 +67,5 @@ class Kernel {
 // How many kernel launches (forward, VJP, program) this process made: tests observe the
 // launch count of a whole-model forward through it (ms_aten_launch_count).
 int64_t launch_count();
-
-// ATen intra-op threads for bridged kernels (0: ATen's default); see ms_aten.set_num_threads.
-void set_num_threads(int n);
-int num_threads();
 
 }  // namespace ms_aten

@@ -7,10 +7,6 @@ The package's face: the layers behind it are ms_aten.native (the compiled librar
 conversions), ms_aten.ops (one op as a primitive), ms_aten.programs (a whole graph as one) and
 ms_aten.optim (torch's optimizers over ATen's fused kernels).
 """
-from .native.host import request_active_openmp_wait as _request_active_openmp_wait
-
-_request_active_openmp_wait()  # before torch loads libgomp, which reads it (native/host.py)
-
 import torch  # noqa: F401  (before the rest: libms_aten.so needs libtorch loaded)
 
 from . import optim

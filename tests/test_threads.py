@@ -1,4 +1,4 @@
-"""ms_aten.set_num_threads: validated, and applied inside MindSpore's launch threads."""
+"""ms_aten.set_num_threads: validated, and applied on ms_aten's launch thread."""
 import pytest
 import torch
 

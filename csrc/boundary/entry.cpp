@@ -11,6 +11,7 @@
 #include "boundary/ms_ext.h"
 #include "device/device.h"
 #include "kernel.h"
+#include "launch_thread.h"
 #include "op/infer.h"
 #include "program/family.h"
 #include "program/saved.h"

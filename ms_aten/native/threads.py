@@ -10,8 +10,9 @@ ENV = "MS_ATEN_NUM_THREADS"
 
 def set_num_threads(n: int) -> None:
     """Use n ATen threads in every bridged kernel launched from now on; 0 means ATen's default
-    (one per core). It applies in MindSpore's worker threads, which torch.set_num_threads,
-    a per-thread OpenMP setting there, does not reach."""
+    (one per core). It applies on ms_aten's launch thread, where bridged kernels run their ATen
+    work (csrc/launch_thread.h), which torch.set_num_threads, a per-thread OpenMP setting
+    there, does not reach."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"ms_aten.set_num_threads expects an int >= 0, got {n!r}")
     library.load().ms_aten_set_num_threads(n)

@@ -1,0 +1,125 @@
+#include "launch_thread.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
+#include <ATen/ThreadLocalState.h>
+#include <c10/util/ParallelGuard.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace ms_aten {
+namespace {
+
+std::atomic<int> g_num_threads{0};  // 0: ATen's default (one per core)
+
+struct Task {
+  const std::function<void()>& work;
+  at::ThreadLocalState state;  // the caller's, captured at construction
+  std::exception_ptr error;
+  bool done = false;  // guarded by LaunchThread::mutex_
+};
+
+class LaunchThread {
+ public:
+  // Never destroyed: joining at exit could wait on a task MindSpore's teardown abandoned, and the
+  // thread holds no resource the process's end does not release.
+  static LaunchThread& get() {
+    static auto* instance = new LaunchThread();
+    return *instance;
+  }
+
+  bool is_current() const { return std::this_thread::get_id() == id_; }
+
+  void run(Task& task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(&task);
+    }
+    ready_.notify_one();
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      finished_.wait(lock, [&task] { return task.done; });
+    }
+    if (task.error) std::rethrow_exception(task.error);
+  }
+
+ private:
+  LaunchThread() {
+    std::thread thread([this] { loop(); });
+    id_ = thread.get_id();
+    thread.detach();
+  }
+
+  [[noreturn]] void loop() {
+    // Named for top, perf and py-spy; the OpenMP workers it starts inherit the name.
+    pthread_setname_np(pthread_self(), "ms_aten launch");
+    at::init_num_threads();
+    for (;;) {
+      Task* task = nullptr;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [this] { return !queue_.empty(); });
+        task = queue_.front();
+        queue_.pop_front();
+      }
+      // OpenMP's thread count is a per-thread setting: the configured one applies here, the only
+      // thread that opens ATen's parallel regions for ms_aten.
+      if (const int wanted = num_threads(); wanted > 0 && at::get_num_threads() != wanted) {
+        at::set_num_threads(wanted);
+      }
+      try {
+        at::ThreadLocalStateGuard guard(task->state);
+        task->work();
+      } catch (...) {
+        task->error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        task->done = true;
+      }
+      // A condition of the thread's, not of the task: the caller may return (and its task go
+      // away) as soon as the lock is released.
+      finished_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::condition_variable finished_;
+  std::deque<Task*> queue_;
+  std::thread::id id_;
+};
+
+}  // namespace
+
+void run_on_launch_thread(const std::function<void()>& work) {
+  LaunchThread& thread = LaunchThread::get();
+  if (thread.is_current()) return work();
+  Task task{work, at::ThreadLocalState(), nullptr};
+  thread.run(task);
+}
+
+void run_inline(const std::function<void()>& work) {
+  c10::ParallelGuard guard(true);
+  work();
+}
+
+bool too_small_to_split(int nparam, const int* ndims, const int64_t* const* shapes) {
+  for (int i = 0; i < nparam; ++i) {
+    int64_t numel = 1;
+    for (int d = 0; d < ndims[i]; ++d) numel *= shapes[i][d];
+    if (numel >= at::internal::GRAIN_SIZE) return false;
+  }
+  return true;
+}
+
+void set_num_threads(int n) { g_num_threads.store(n < 0 ? 0 : n, std::memory_order_relaxed); }
+int num_threads() { return g_num_threads.load(std::memory_order_relaxed); }
+
+}  // namespace ms_aten

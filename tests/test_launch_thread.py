@@ -1,0 +1,124 @@
+"""ATen's work for ms_aten runs on one thread of its own (csrc/launch_thread.h), "ms_aten launch",
+whatever thread MindSpore launches from and whatever the import order, so ATen has one OpenMP
+team (its workers inherit the thread's name); work too small to split runs inline on the
+caller's thread. Checked in fresh processes by where the CPU time goes, thread by thread."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ms_aten
+
+from common import to_ms
+
+# A program's forward and backward in GRAPH and PYNATIVE mode, then many small single ops: the
+# CPU seconds each phase spent on the threads named "ms_aten launch" and on all threads.
+WORK = """
+import json, os, sys, time
+if sys.argv[1] == "torch first":
+    import torch, ms_aten
+else:
+    import ms_aten, torch
+import mindspore as ms
+from mindspore import nn
+
+class SumOf(nn.Cell):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def construct(self, x):
+        return self.f(x).sum()
+
+def cpu_seconds():
+    launch = total = 0.0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm, \
+                    open(f"/proc/self/task/{tid}/schedstat") as schedstat:
+                name, seconds = comm.read().strip(), int(schedstat.read().split()[0]) / 1e9
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        total += seconds
+        launch += seconds if name == "ms_aten launch" else 0.0
+    return launch, total
+
+ms.set_device("CPU")
+width = 1024
+model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(),
+                            torch.nn.Linear(width, width))
+example = torch.randn(512, width)
+cells = {mode: ms_aten.module(model, (example,)) for mode in ("GRAPH", "PYNATIVE")}
+x = ms_aten.to_ms(example)
+small = ms_aten.to_ms(torch.randn(16, 16))
+mul = ms_aten.op("mul.Tensor")
+spent = {}
+for mode in ("GRAPH", "PYNATIVE"):
+    ms.set_context(mode=getattr(ms, mode + "_MODE"))
+    grad = ms.grad(SumOf(cells[mode]))
+    grad(x).asnumpy()  # compiled (GRAPH) and warm
+    before = cpu_seconds()
+    for _ in range(10):
+        grad(x).asnumpy()
+    after = cpu_seconds()
+    spent[mode] = [a - b for a, b in zip(after, before)]
+time.sleep(0.5)  # OpenMP's workers stop spinning after the last parallel region
+before = cpu_seconds()
+for _ in range(2000):
+    mul(small, small)
+mul(small, small).asnumpy()
+after = cpu_seconds()
+spent["small ops"] = [a - b for a, b in zip(after, before)]
+print(json.dumps(spent))
+"""
+
+
+def cpu_seconds_by_phase(order: str, folder: Path) -> dict[str, list[float]]:
+    """{phase: [CPU seconds on the launch thread and its OpenMP workers, on all threads]}."""
+    script = folder / "work.py"  # MindSpore compiles Cells from source files only
+    script.write_text(WORK)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])  # this ms_aten, not another
+    done = subprocess.run([sys.executable, str(script), order], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("order", ["torch first", "ms_aten first"])
+def test_work_to_split_runs_on_the_launch_thread_and_small_work_inline(order, tmp_path):
+    spent = cpu_seconds_by_phase(order, tmp_path)
+    for mode in ("GRAPH", "PYNATIVE"):
+        launch, total = spent[mode]
+        assert total > 0.5, spent  # 20 GFLOP of matmuls
+        assert launch > 0.8 * total, spent  # the rest: MindSpore's and Python's own work
+    launch, total = spent["small ops"]
+    assert launch < 0.05 * total, spent
+
+
+def test_import_leaves_openmp_s_wait_policy_alone():
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import os, ms_aten; print(os.environ.get('OMP_WAIT_POLICY'))"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "None"
+
+
+def test_an_error_on_the_launch_thread_reaches_the_caller_and_the_next_launch_works(mode):
+    # An index past the end passes shape inference and fails in ATen's kernel, on the launch
+    # thread for a tensor this large.
+    index_select = ms_aten.op("index_select", dim=0)
+    x = torch.randn(512, 512)
+    with pytest.raises(RuntimeError, match=r"ms_aten: aten::index_select: index out of range"):
+        index_select(to_ms(x), to_ms(torch.tensor([3, 600]))).asnumpy()
+    good = torch.tensor([3, 500])
+    np.testing.assert_array_equal(index_select(to_ms(x), to_ms(good)).asnumpy(),
+                                  x.index_select(0, good).numpy())

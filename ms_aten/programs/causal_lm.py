@@ -59,11 +59,13 @@ class CausalLM(TorchModule):
         self.max_cache_len = max_cache_len
         self.batch_size = batch_size
         seq = Dim("seq", min=1, max=max_cache_len)
+        # The wrapper in the model's mode: a new Module is in train mode, and capturing it
+        # would set the whole tree to that mode, the model with it (dropout on).
+        step = StaticCacheLM(wrapper).train(model.training)
         # A prompt of 2 tokens: an example of size 1 would specialize the sequence dim to 1.
         # Strict capture: non-strict export sees the cache's tensors (held by StaticCache, not
         # a Module) as constants, and its run_decompositions fails on their writes.
-        super().__init__(StaticCacheLM(wrapper),
-                         (torch.zeros(batch_size, 2, dtype=torch.long), torch.arange(2)),
+        super().__init__(step, (torch.zeros(batch_size, 2, dtype=torch.long), torch.arange(2)),
                          ({1: seq}, {0: seq}), strict=True)
         self._where = f"ms_aten.causal_lm({type(model).__name__})"
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import ms_aten
+
 from common import assert_same, run, to_ms, to_torch
 
 

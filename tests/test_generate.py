@@ -10,7 +10,8 @@ import torch
 import transformers
 
 import ms_aten
-from common import set_mode
+
+from common import load_example, set_mode
 
 VOCAB, CACHE = 96, 24
 
@@ -166,3 +167,9 @@ def test_batch_size_and_positions_are_checked_before_anything_runs(model_and_lm,
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(ms_aten.generate(lm, prompt.numpy(), max_new_tokens=10)
                                   .asnumpy(), _torch_greedy(model, prompt, 10))
+
+
+def test_the_kv_cache_example_decodes_as_transformers(mode):
+    got, expected = load_example("generate_kv_cache").main(["--mode", mode, "--new", "12"])
+    assert got.shape == (1, 20)
+    np.testing.assert_array_equal(got, expected)

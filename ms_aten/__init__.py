@@ -22,7 +22,9 @@ from .ops.bounded import ValueDependentOp
 from .ops.constants import ConstantError
 from .ops.infer import ShapeInferenceError, ValueDependentError
 from .ops.op import AtenOp, op
+from .programs.causal_lm import CausalLM, causal_lm
 from .programs.function import TorchFunction, function
+from .programs.generate import GenerateOutput, generate
 from .programs.module import TorchModule, module
 from .programs.primitive import AtenFunction
 from .programs.program import CaptureError
@@ -31,9 +33,9 @@ _request_blocking_run()  # before MindSpore's first task reads it (native/host.p
 _load_library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
 
-__all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "ConstantError",
-           "ShapeInferenceError", "TorchFunction", "TorchModule", "ValueDependentError",
-           "ValueDependentOp",
-           "__version__", "function",
+__all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM", "ConstantError",
+           "GenerateOutput", "ShapeInferenceError", "TorchFunction", "TorchModule",
+           "ValueDependentError", "ValueDependentOp",
+           "__version__", "causal_lm", "function", "generate",
            "get_num_threads", "launch_count", "module", "op", "optim", "set_num_threads", "to_ms",
            "to_torch"]

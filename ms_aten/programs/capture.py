@@ -31,34 +31,56 @@ class FunctionModule(torch.nn.Module):
 
 
 def export(module: torch.nn.Module, example_inputs: tuple, name: str,
-           dynamic_shapes: DynamicShapes = None, replace: Sequence = ()) -> ExportedProgram:
+           dynamic_shapes: DynamicShapes = None, replace: Sequence = (),
+           strict: bool | None = None) -> tuple[ExportedProgram, bool]:
     """torch.export of `module`, functionalized, with high-level ATen ops kept (an empty
     decomposition table keeps linear, layer_norm, scaled_dot_product_attention: their CPU
     kernels are faster than their decompositions); CaptureError carries torch's reason. Each
     (pattern, replacement) of `replace` is then applied in turn (rewrite.py), its pattern and
-    replacement captured the same way."""
-    exported = _export(module, example_inputs, name, dynamic_shapes)
+    replacement captured the same way.
+
+    strict: torch.export's argument (True traces with TorchDynamo, False with Python); None
+    tries non-strict, then strict. Returns the program and the strictness that captured it,
+    which a later capture of the same module (another shape, the other mode) reuses."""
+    exported, strict = _export(module, example_inputs, name, dynamic_shapes, strict)
     if replace:
         rewrite.apply(exported, replace, name,
-                      lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what))
-    return exported
+                      lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what)[0])
+    return exported, strict
 
 
 def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
-            dynamic_shapes: DynamicShapes = None) -> ExportedProgram:
+            dynamic_shapes: DynamicShapes = None,
+            strict: bool | None = None) -> tuple[ExportedProgram, bool]:
     # A view as example input (tokens[:, :-1]) makes torch.export guard on its base's sizes,
     # which its own run_decompositions cannot evaluate once the sizes are symbolic.
     inputs = tuple(x.clone() if isinstance(x, torch.Tensor) and x._base is not None else x
                    for x in example_inputs)
-    try:
-        exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes,
-                                       strict=False)
-        return exported.run_decompositions({})
-    except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
-        text = str(error).strip()
-        first = "\n".join(text.splitlines()[:3]) if text else ""
-        reason = _missing_meta_kernel(error) or f"{type(error).__name__}: {first}"
-        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {reason}") from error
+    errors: list[Exception] = []
+    # Non-strict first: it runs the module's Python as is, and is faster. Strict (TorchDynamo)
+    # captures some modules non-strict cannot: transformers' static KV cache, whose in-place
+    # cache writes fail non-strict's run_decompositions.
+    for attempt in (False, True) if strict is None else (strict,):
+        try:
+            exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes,
+                                           strict=attempt)
+            return exported.run_decompositions({}), attempt
+        except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
+            errors.append(error)
+    failed, *retried = errors
+    text = _reason(failed)
+    if retried:  # strict=None: strict's reason follows non-strict's, given once if they agree
+        again = _reason(retried[0])
+        text += (" (non-strict and strict alike)" if again == text else
+                 f"\n(that was non-strict; strict: {again})")
+    raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}") from failed
+
+
+def _reason(error: BaseException) -> str:
+    """torch's reason for a failed capture, in a few lines."""
+    text = str(error).strip()
+    first = "\n".join(text.splitlines()[:3]) if text else ""
+    return _missing_meta_kernel(error) or f"{type(error).__name__}: {first}"
 
 
 def _missing_meta_kernel(error: BaseException | None) -> str | None:

@@ -35,7 +35,7 @@ class TorchFunction(ProgramCell):
 
 
 def function(fn: Callable, example_inputs: tuple, dynamic_shapes: DynamicShapes = None,
-             replace: Sequence = ()) -> TorchFunction:
+             replace: Sequence = (), *, strict: bool | None = None) -> TorchFunction:
     """`fn` (a callable over torch tensors: torch ops, torch.nn.functional, torch.library ops)
     as a MindSpore Cell that runs it in one kernel launch, captured with torch.export on
     `example_inputs` (torch tensors); see TorchFunction. `replace`: (pattern, replacement[,
@@ -45,6 +45,9 @@ def function(fn: Callable, example_inputs: tuple, dynamic_shapes: DynamicShapes 
     dynamic_shapes: torch.export's argument, one spec per input or a dict by argument name
     (`{0: torch.export.Dim("batch", max=64)}`, `Dim.AUTO`, `Dim.DYNAMIC`): one capture then
     serves every size the ranges allow, with no capture or compile per shape.
+
+    strict: torch.export's argument (True: TorchDynamo traces; False: Python runs `fn`); None,
+    the default, tries non-strict, then strict.
     """
     if not isinstance(example_inputs, tuple) or not all(
             isinstance(x, torch.Tensor) for x in example_inputs):
@@ -57,12 +60,13 @@ def function(fn: Callable, example_inputs: tuple, dynamic_shapes: DynamicShapes 
     except TypeError as error:
         raise TypeError(f"ms_aten.function({name}): {error}") from None
 
-    def capture(signature: Signature) -> Program:
-        return build(export(module, example_like(signature), name, replace=replace), name,
-                     input_names=names)
-
     # FunctionModule.forward takes `*args`, for which torch.export wants the specs as one tuple.
-    exported = export(module, example_inputs, name, None if specs is None else (tuple(specs),),
-                      replace)
+    exported, strict = export(module, example_inputs, name,
+                              None if specs is None else (tuple(specs),), replace, strict)
+
+    def capture(signature: Signature) -> Program:
+        return build(export(module, example_like(signature), name, replace=replace,
+                            strict=strict)[0], name, input_names=names)
+
     return TorchFunction(AtenFunction(
         build(exported, name, dim_names=dim_names(specs), input_names=names), capture))

@@ -33,11 +33,12 @@ class TorchModule(ProgramCell):
     ranges allow, and the Cell declares the dynamic sizes to MindSpore (`set_inputs` with None
     there), so GRAPH mode compiles it once too. `replace`: (pattern, replacement[,
     example_inputs]) tuples applied at every capture (rewrite.py); `cell.program.replaced`
-    counts the matches.
+    counts the matches. `strict`: torch.export's argument; None tries non-strict, then strict.
     """
 
     def __init__(self, module: torch.nn.Module, example_inputs: tuple,
-                 dynamic_shapes: DynamicShapes = None, replace: Sequence = ()):
+                 dynamic_shapes: DynamicShapes = None, replace: Sequence = (), *,
+                 strict: bool | None = None):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ms_aten.module expects a torch.nn.Module, "
@@ -48,6 +49,7 @@ class TorchModule(ProgramCell):
         self._torch_module = module
         self._example = example_inputs
         self._replace = replace
+        self._strict = strict
         self._name = type(module).__name__
         self._input_names = input_names(module.forward, len(example_inputs))
         try:
@@ -80,8 +82,10 @@ class TorchModule(ProgramCell):
         module.train(training)
         specs = self._dynamic_shapes
         try:
-            exported = export(module, example, self._name,
-                              None if specs is None else tuple(specs), self._replace)
+            # The strictness that captured the first time captures every later time.
+            exported, self._strict = export(module, example, self._name,
+                                            None if specs is None else tuple(specs),
+                                            self._replace, self._strict)
         finally:
             module.train(was_training)
         return build(exported, self._name, self._weight_names, self._trainable, self._aliases,
@@ -119,8 +123,11 @@ class TorchModule(ProgramCell):
 
 
 def module(torch_module: torch.nn.Module, example_inputs: tuple,
-           dynamic_shapes: DynamicShapes = None, replace: Sequence = ()) -> TorchModule:
+           dynamic_shapes: DynamicShapes = None, replace: Sequence = (), *,
+           strict: bool | None = None) -> TorchModule:
     """`torch_module` as a MindSpore Cell running its forward in one kernel launch; see
     TorchModule. dynamic_shapes: torch.export's argument (one spec per input, or a dict by the
-    forward's argument names: `{"input_ids": {0: Dim("batch"), 1: Dim("seq", max=512)}}`)."""
-    return TorchModule(torch_module, example_inputs, dynamic_shapes, replace)
+    forward's argument names: `{"input_ids": {0: Dim("batch"), 1: Dim("seq", max=512)}}`).
+    strict: torch.export's argument (True: TorchDynamo traces; False: Python runs the forward);
+    None, the default, tries non-strict, then strict."""
+    return TorchModule(torch_module, example_inputs, dynamic_shapes, replace, strict=strict)

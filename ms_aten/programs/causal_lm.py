@@ -1,0 +1,102 @@
+"""ms_aten.causal_lm: a HuggingFace causal language model with a static KV cache as one Cell,
+whose program serves the prompt (prefill) and each new token (decode)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from mindspore import Tensor
+from torch.export import Dim
+
+from .module import TorchModule
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+
+class StaticCacheLM(torch.nn.Module):
+    """transformers' static-cache wrapper called as forward(input_ids, cache_position): its own
+    forward has inputs_embeds between the two, which positional example inputs would fill. (The
+    program and its messages are named after this class.)"""
+
+    def __init__(self, wrapper: torch.nn.Module) -> None:
+        super().__init__()
+        self.wrapper = wrapper
+
+    def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        return self.wrapper(input_ids=input_ids, cache_position=cache_position)
+
+
+class CausalLM(TorchModule):
+    """`cell(input_ids, cache_position)` -> logits (batch, seq, vocab): the model's forward over
+    transformers' StaticCache (`TorchExportableModuleWithStaticCache`, the cache ExecuTorch
+    exports), its keys and values non-trainable Parameters the program writes at
+    `cache_position`. One capture, with the sequence dim dynamic from 1 to max_cache_len, runs
+    the prompt and every later token; the cache needs no reset between generations, since the
+    positions say where to write and which entries to attend to.
+
+    Refused before the program runs, in both modes: a batch size other than the cache's, and a
+    cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error would leave the
+    compiled graph unable to run again).
+    """
+
+    def __init__(self, model: PreTrainedModel, max_cache_len: int, batch_size: int = 1):
+        from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
+
+        if max_cache_len < 2 or batch_size < 1:
+            raise ValueError(f"ms_aten.causal_lm: max_cache_len must be at least 2 and "
+                             f"batch_size at least 1; got {max_cache_len}, {batch_size}")
+        # The wrapper insists on a static cache in the generation config; the user's config is
+        # put back as it was.
+        config = model.generation_config
+        saved = config.cache_implementation, config.use_cache
+        config.cache_implementation, config.use_cache = "static", True
+        try:
+            wrapper = TorchExportableModuleWithStaticCache(model, batch_size, max_cache_len)
+        finally:
+            config.cache_implementation, config.use_cache = saved
+        self.max_cache_len = max_cache_len
+        self.batch_size = batch_size
+        seq = Dim("seq", min=1, max=max_cache_len)
+        # The wrapper in the model's mode: a new Module is in train mode, and capturing it
+        # would set the whole tree to that mode, the model with it (dropout on).
+        step = StaticCacheLM(wrapper).train(model.training)
+        # A prompt of 2 tokens: an example of size 1 would specialize the sequence dim to 1.
+        # Strict capture: non-strict export sees the cache's tensors (held by StaticCache, not
+        # a Module) as constants, and its run_decompositions fails on their writes.
+        super().__init__(step, (torch.zeros(batch_size, 2, dtype=torch.long), torch.arange(2)),
+                         ({1: seq}, {0: seq}), strict=True)
+        self._where = f"ms_aten.causal_lm({type(model).__name__})"
+
+    def check(self, input_ids: Tensor, cache_position: Tensor) -> None:
+        """ValueError, naming the limit, for a batch size other than the cache's or a position
+        outside it; `cell(...)` checks this before every call."""
+        if len(input_ids.shape) == 2 and input_ids.shape[0] != self.batch_size:
+            raise ValueError(f"{self._where}: input_ids has batch size {input_ids.shape[0]}, "
+                             f"but the cache holds batch_size={self.batch_size} (fixed when "
+                             f"the cell was made)")
+        positions = cache_position.asnumpy() if isinstance(cache_position, Tensor) else \
+            np.asarray(cache_position)
+        if positions.size == 0:
+            return
+        low, high = int(positions.min()), int(positions.max())
+        if low < 0 or high >= self.max_cache_len:
+            raise ValueError(f"{self._where}: cache_position {low if low < 0 else high} is "
+                             f"outside the cache (max_cache_len={self.max_cache_len}: positions "
+                             f"0 to {self.max_cache_len - 1})")
+
+    def __call__(self, *args, **kwargs):
+        # Before MindSpore's call, which in GRAPH mode goes straight to the compiled graph;
+        # a call from inside another graph is compiled into it and is not checked here.
+        if len(args) == 2 and not kwargs:
+            self.check(*args)
+        return super().__call__(*args, **kwargs)
+
+
+def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1) -> CausalLM:
+    """A HuggingFace causal LM (GPT-2, Llama, ...: one transformers'
+    TorchExportableModuleWithStaticCache takes) as a Cell over a static KV cache of
+    `max_cache_len` positions for `batch_size` sequences: `logits = cell(input_ids,
+    cache_position)`; see CausalLM, and ms_aten.generate for the decoding loop."""
+    return CausalLM(model, max_cache_len, batch_size)

@@ -1,0 +1,175 @@
+"""Decoding with a static KV cache (ms_aten.causal_lm, ms_aten.generate) against transformers'
+model.generate with its default (dynamic) cache: tiny GPT-2 and Llama with grouped-query
+attention, random weights, both modes; sampling reproducible and inside its top-k / top-p
+sets; bad batch sizes and positions refused before anything runs."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import ms_aten
+
+from common import load_example, set_mode
+
+VOCAB, CACHE = 96, 24
+
+
+def _gpt2() -> transformers.PreTrainedModel:
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=2,
+        initializer_range=0.3, bos_token_id=None, eos_token_id=None)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def _llama() -> transformers.PreTrainedModel:
+    config = transformers.LlamaConfig(  # grouped-query attention: 4 query heads share 2 kv
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        initializer_range=0.3, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return transformers.LlamaForCausalLM(config)
+
+
+# The weights' scale (initializer_range) is larger than the default 0.02, so that greedy
+# decoding does not settle on one token, and a wrong cache shows.
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def model_and_lm(request) -> tuple[transformers.PreTrainedModel, ms_aten.CausalLM]:
+    torch.manual_seed(0)
+    model = {"gpt2": _gpt2, "llama": _llama}[request.param]().eval()
+    return model, ms_aten.causal_lm(model, max_cache_len=CACHE)
+
+
+def _prompt(length: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _torch_greedy(model, prompt: torch.Tensor, new: int, **kwargs) -> np.ndarray:
+    with torch.no_grad():
+        return model.generate(prompt, max_new_tokens=new, do_sample=False,
+                              pad_token_id=0, **kwargs).numpy()
+
+
+def test_greedy_tokens_equal_transformers_generate(model_and_lm, mode):
+    model, lm = model_and_lm
+    set_mode(mode)
+    prompt = _prompt(6, seed=1)
+    expected = _torch_greedy(model, prompt, 10)
+    got = ms_aten.generate(lm, prompt.numpy(), max_new_tokens=10).asnumpy()
+    assert got.shape == (1, 16)
+    assert len(set(expected[0, 6:].tolist())) > 3  # the test can tell a wrong cache
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_generations_back_to_back_reuse_the_cache_without_reset(model_and_lm, mode):
+    """The positions say where to write and what to attend to: a shorter generation after a
+    longer one does not see the longer one's entries."""
+    model, lm = model_and_lm
+    set_mode(mode)
+    long, short = _prompt(9, seed=2), _prompt(3, seed=3)
+    first = ms_aten.generate(lm, long.numpy(), max_new_tokens=12).asnumpy()
+    second = ms_aten.generate(lm, short.numpy(), max_new_tokens=4).asnumpy()
+    again = ms_aten.generate(lm, long.numpy(), max_new_tokens=12).asnumpy()
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first, _torch_greedy(model, long, 12))
+    np.testing.assert_array_equal(second, _torch_greedy(model, short, 4))
+
+
+def test_a_generation_runs_to_the_cache_s_end(model_and_lm, mode):
+    model, lm = model_and_lm
+    set_mode(mode)
+    prompt = _prompt(5, seed=4)
+    new = CACHE - 5 + 1  # the last token is never written to the cache
+    got = ms_aten.generate(lm, prompt.numpy(), max_new_tokens=new).asnumpy()
+    np.testing.assert_array_equal(got, _torch_greedy(model, prompt, new))
+
+
+def test_generation_stops_at_the_end_token(model_and_lm, mode):
+    model, lm = model_and_lm
+    set_mode(mode)
+    prompt = _prompt(4, seed=5)
+    eos = int(_torch_greedy(model, prompt, 6)[0, -1])  # the greedy sequence's 6th new token
+    expected = _torch_greedy(model, prompt, 12, eos_token_id=eos)
+    got = ms_aten.generate(lm, prompt.numpy(), max_new_tokens=12, eos_token_id=eos).asnumpy()
+    assert got.shape[1] <= 4 + 6 and got[0, -1] == eos
+    np.testing.assert_array_equal(got, expected)
+
+
+def _allowed(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> set[int]:
+    """The tokens top-k then top-p keep, from one row of logits (transformers' warpers)."""
+    scores = logits.astype(np.float64) / temperature
+    kept = np.flatnonzero(scores >= np.sort(scores)[-top_k])
+    probs = np.exp(scores[kept] - scores[kept].max())
+    probs /= probs.sum()
+    order = np.argsort(-probs)
+    before = np.cumsum(probs[order]) - probs[order]
+    # a margin for float32 against float64 at the top_p boundary
+    return set(kept[order[before < top_p + 1e-5]].tolist())
+
+
+def test_sampling_is_reproducible_and_keeps_to_top_k_and_top_p(model_and_lm, mode):
+    _, lm = model_and_lm
+    set_mode(mode)
+    prompt = _prompt(5, seed=6).numpy()
+    options = {"do_sample": True, "temperature": 1.5, "top_k": 6, "top_p": 0.8}
+    out = ms_aten.generate(lm, prompt, max_new_tokens=14, seed=7, output_logits=True,
+                           **options)
+    again = ms_aten.generate(lm, prompt, max_new_tokens=14, seed=7, **options)
+    np.testing.assert_array_equal(out.sequences.asnumpy(), again.asnumpy())
+    tokens = out.sequences.asnumpy()[0, 5:]
+    assert len(out.logits) == len(tokens) == 14
+    not_argmax = 0
+    for step, (token, logits) in enumerate(zip(tokens, out.logits, strict=True)):
+        row = logits.asnumpy()[0]
+        allowed = _allowed(row, 1.5, 6, 0.8)
+        assert token in allowed, f"step {step}: {token} not in {sorted(allowed)}"
+        not_argmax += token != row.argmax()
+    assert not_argmax > 0  # it samples, not always the likeliest
+    other = ms_aten.generate(lm, prompt, max_new_tokens=14, seed=8, **options).asnumpy()
+    assert not np.array_equal(other, again.asnumpy())
+
+
+def test_the_same_seed_samples_the_same_tokens_in_both_modes(model_and_lm):
+    """The draws come from numpy's generator on the host, so the mode does not change them."""
+    _, lm = model_and_lm
+    prompt = _prompt(4, seed=9).numpy()
+    sequences = []
+    for mode in ("graph", "pynative"):
+        set_mode(mode)
+        sequences.append(ms_aten.generate(lm, prompt, max_new_tokens=8, do_sample=True,
+                                          top_k=None, seed=11).asnumpy())
+    np.testing.assert_array_equal(*sequences)
+
+
+def test_batch_size_and_positions_are_checked_before_anything_runs(model_and_lm, mode):
+    model, lm = model_and_lm
+    set_mode(mode)
+    prompt = _prompt(6, seed=1)
+    two = np.repeat(prompt.numpy(), 2, axis=0)
+    with pytest.raises(ValueError, match=r"input_ids has batch size 2, but the cache holds "
+                                         r"batch_size=1"):
+        ms_aten.generate(lm, two, max_new_tokens=3)
+    with pytest.raises(ValueError, match=r"input_ids has batch size 2, but the cache holds "
+                                         r"batch_size=1"):
+        lm(ms_aten.to_ms(torch.from_numpy(two)), ms_aten.to_ms(torch.arange(6)))
+    with pytest.raises(ValueError, match=rf"a prompt of 6 tokens and max_new_tokens=20 need 25 "
+                                         rf"cache positions, past max_cache_len={CACHE}"):
+        ms_aten.generate(lm, prompt.numpy(), max_new_tokens=20)
+    for position in (CACHE, -1):  # a direct call: in GRAPH mode a kernel error would be fatal
+        with pytest.raises(ValueError, match=rf"cache_position {position} is outside the cache "
+                                             rf"\(max_cache_len={CACHE}: positions 0 to "
+                                             rf"{CACHE - 1}\)"):
+            lm(ms_aten.to_ms(prompt[:, :1]), ms_aten.to_ms(torch.tensor([position])))
+    # the Cell, and its compiled graph in GRAPH mode, still work
+    logits = lm(ms_aten.to_ms(prompt), ms_aten.to_ms(torch.arange(6))).asnumpy()
+    with torch.no_grad():
+        expected = model(prompt).logits.numpy()
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(ms_aten.generate(lm, prompt.numpy(), max_new_tokens=10)
+                                  .asnumpy(), _torch_greedy(model, prompt, 10))
+
+
+def test_the_kv_cache_example_decodes_as_transformers(mode):
+    got, expected = load_example("generate_kv_cache").main(["--mode", mode, "--new", "12"])
+    assert got.shape == (1, 20)
+    np.testing.assert_array_equal(got, expected)

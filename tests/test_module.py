@@ -139,6 +139,23 @@ def test_set_train_captures_the_other_mode():
                                c.module(*c.inputs).detach().numpy(), rtol=1e-4, atol=1e-6)
 
 
+def test_capturing_leaves_each_submodule_in_its_own_mode():
+    # A new wrapper module is in train mode; the model inside it, in eval mode, stays so.
+    class Wrapper(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x)
+
+    c = case("cnn_eval")
+    wrapper = Wrapper(copy.deepcopy(c.module))
+    ms_aten.module(wrapper, c.inputs).set_train(False)
+    assert wrapper.training
+    assert not any(m.training for m in wrapper.inner.modules())
+
+
 def test_one_launch_per_forward_and_one_per_backward():
     c = case("gpt2")
     set_mode("graph")

@@ -78,7 +78,9 @@ class TorchModule(ProgramCell):
 
     def _capture(self, training: bool, example: tuple) -> Program:
         module = self._torch_module
-        was_training = module.training
+        # Each submodule's own mode comes back afterwards: module.train() would set them all to
+        # the top's (a new wrapper around an eval-mode model is in train mode).
+        modes = {m: m.training for m in module.modules()}
         module.train(training)
         specs = self._dynamic_shapes
         try:
@@ -87,7 +89,8 @@ class TorchModule(ProgramCell):
                                             None if specs is None else tuple(specs),
                                             self._replace, self._strict)
         finally:
-            module.train(was_training)
+            for m, mode in modes.items():
+                m.training = mode
         return build(exported, self._name, self._weight_names, self._trainable, self._aliases,
                      dim_names=dim_names(specs), input_names=self._input_names)
 

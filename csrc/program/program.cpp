@@ -386,14 +386,7 @@ std::vector<c10::IValue> Program::table(const std::vector<at::Tensor>& inputs) c
 void Program::write_back(const std::vector<at::Tensor>& inputs,
                          const std::vector<c10::IValue>& values) const {
   at::NoGradGuard no_grad;
-  for (const auto& [input, value] : write_backs_) {
-    const at::Tensor& buffer = inputs[input];
-    // A tensor of its own over the buffer's memory: bumping the version of the input the nodes
-    // read would fail the backward of a kept graph that saved it (BatchNorm saves its running
-    // statistics, which its training-mode backward does not read).
-    at::from_blob(buffer.data_ptr(), buffer.sizes(), buffer.strides(), buffer.options())
-        .copy_(values[value].toTensor());
-  }
+  for (const auto& [input, value] : write_backs_) inputs[input].copy_(values[value].toTensor());
 }
 
 void Program::check_recompute() const {
@@ -473,6 +466,11 @@ int64_t Program::forward(const std::vector<at::Tensor>& inputs,
   // VJP's, which then runs no second forward.
   c10::AutoGradMode grad_mode(true);
   Recomputed r = leaves(inputs);
+  // The kept graph may have saved a buffer the write-back then overwrites (x * scale, then
+  // scale.mul_(2)): its nodes read a copy, so the backward sees the values the forward read.
+  for (const auto& write_back : write_backs_) {
+    r.values[write_back.first] = r.values[write_back.first].toTensor().clone();
+  }
   evaluate(r.values, 0, nodes_.size());
   auto graph = std::make_unique<SavedGraph>();
   for (size_t k = 0; k < n_out; ++k) graph->outputs.push_back(output(r.values, k));

@@ -16,7 +16,7 @@ from torch.export import Dim
 from training import train_ms, train_torch
 
 import ms_aten
-from ms_aten import to_ms, to_torch
+from ms_aten import to_ms
 
 from common import set_mode
 

@@ -71,7 +71,8 @@ def inplace_variant(op: object) -> torch._ops.OpOverload | None:
     args, inplace_args = op._schema.arguments, inplace._schema.arguments
     first = inplace_args[0].alias_info if inplace_args else None
     same = len(args) == len(inplace_args) and all(
-        (a.name, str(a.type)) == (b.name, str(b.type)) for a, b in zip(args, inplace_args))
+        (a.name, str(a.type)) == (b.name, str(b.type))
+        for a, b in zip(args, inplace_args, strict=True))
     return inplace if same and first is not None and first.is_write else None
 
 
@@ -123,7 +124,7 @@ def exact(writes: Sequence[Write], outputs: Sequence[torch.fx.Node]) -> bool:
             if reader is write.value and _overwrites(reader):
                 continue
             if reader.target is _BATCH_NORM and reader.args[5] is True and not any(
-                    u.target is operator.getitem and u.args[1] >= 3 and u in needed
+                    u.target is operator.getitem and u.args[1] in (3, 4) and u in needed
                     for u in reader.users):
                 continue
             return False

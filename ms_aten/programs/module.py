@@ -20,9 +20,9 @@ class TorchModule(ProgramCell):
 
     The Cell starts in the torch module's mode (`module.training`); `set_train(mode)` captures
     the other mode's graph once. Buffers the graph updates (a KV cache, BatchNorm's running
-    statistics in train mode) are written in place, into their Parameters (inplace.py). Returns the module's outputs flattened as
-    torch.utils._pytree does (a HuggingFace ModelOutput gives its tensors in field order): a
-    Tensor when there is one, else a tuple.
+    statistics in train mode) are written in place, into their Parameters (inplace.py).
+    Returns the module's outputs flattened as torch.utils._pytree does (a HuggingFace
+    ModelOutput gives its tensors in field order): a Tensor when there is one, else a tuple.
 
     In either mode a forward that a backward follows keeps its autograd graph for it, which then
     runs one backward pass and no second forward; inference keeps nothing (csrc/program/saved.h):

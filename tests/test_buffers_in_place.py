@@ -234,3 +234,47 @@ def test_batchnorm_running_statistics_follow_torch_through_training(mode):
     assert int(buffers["bn.num_batches_tracked"]) == steps
     for name, want in module.named_parameters():
         torch.testing.assert_close(buffers[name], want.detach(), rtol=1e-4, atol=1e-5, msg=name)
+
+
+class ReadThenDecode(nn.Cell):
+    """A MindSpore op that reads the cache (and saves it for its backward), then the cell's
+    call that writes it."""
+
+    def __init__(self, cell: ms_aten.TorchModule) -> None:
+        super().__init__()
+        self.cell = cell
+        self.cache = parameter(cell, "k_cache")
+        self.w = ms.Parameter(ms.Tensor(np.ones(self.cache.shape, np.float32)), name="w")
+
+    def construct(self, x, positions):
+        return (self.w * self.cache).sum() + self.cell(x, positions).sum()
+
+
+def test_graph_mode_differentiates_a_read_before_the_write_with_the_old_values():
+    _, cell = cached_attention()
+    set_mode("graph")
+    net = ReadThenDecode(cell)
+    grad_fn = ms.jit(ms.grad(net, None, [net.w]))
+    position = 0
+    for seq in [3, 1]:
+        old = net.cache.asnumpy().copy()
+        (grad,) = grad_fn(to_ms(torch.randn(1, seq, WIDTH)),
+                          to_ms(torch.arange(position, position + seq)))
+        np.testing.assert_array_equal(grad.asnumpy(), old)  # d/dw sum(w * cache) = old cache
+        assert not np.array_equal(net.cache.asnumpy(), old)
+        position += seq
+
+
+def test_pynative_refuses_a_backward_that_saved_the_buffer_before_the_write():
+    """The fast path bumps the written Parameters' versions, as MindSpore's in-place ops do:
+    MindSpore's backward of the read then fails its version check instead of reading the new
+    cache."""
+    _, cell = cached_attention()
+    set_mode("pynative")
+    net = ReadThenDecode(cell)
+    grad_fn = ms.grad(net, None, [net.w])
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        grad_fn(to_ms(torch.randn(1, 3, WIDTH)), to_ms(torch.arange(3)))
+    # Later calls work.
+    out = cell(to_ms(torch.randn(1, 1, WIDTH)), to_ms(torch.arange(3, 4)))
+    assert out.shape == (1, 1, WIDTH)

@@ -25,11 +25,13 @@ HEADS, HEAD_DIM, WIDTH, CACHE = 2, 4, 8, 16
 
 class CachedAttention(torch.nn.Module):
     """One attention layer over a static cache [batch, heads, positions, head_dim]: the new keys
-    and values go in at `cache_position` (index_copy_), then the queries attend over the whole
-    cache, masked to the positions written so far."""
+    and values go in at `cache_position` (index_copy_, or an indexed assignment, index_put_:
+    StaticCache's two ways), then the queries attend over the whole cache, masked to the
+    positions written so far."""
 
-    def __init__(self) -> None:
+    def __init__(self, update: str = "index_copy") -> None:
         super().__init__()
+        self.update = update
         self.q, self.k, self.v = (torch.nn.Linear(WIDTH, HEADS * HEAD_DIM) for _ in range(3))
         self.register_buffer("k_cache", torch.zeros(1, HEADS, CACHE, HEAD_DIM))
         self.register_buffer("v_cache", torch.zeros(1, HEADS, CACHE, HEAD_DIM))
@@ -41,8 +43,12 @@ class CachedAttention(torch.nn.Module):
             return t.view(batch, seq, HEADS, HEAD_DIM).transpose(1, 2)
 
         q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
-        self.k_cache.index_copy_(2, cache_position, k)
-        self.v_cache.index_copy_(2, cache_position, v)
+        if self.update == "index_copy":
+            self.k_cache.index_copy_(2, cache_position, k)
+            self.v_cache.index_copy_(2, cache_position, v)
+        else:
+            self.k_cache[:, :, cache_position] = k
+            self.v_cache[:, :, cache_position] = v
         mask = torch.arange(CACHE)[None, :] <= cache_position[:, None]
         out = torch.nn.functional.scaled_dot_product_attention(q, self.k_cache, self.v_cache,
                                                                attn_mask=mask)
@@ -52,10 +58,10 @@ class CachedAttention(torch.nn.Module):
 SEQ = Dim("seq", min=1, max=CACHE)
 
 
-def cached_attention() -> tuple[CachedAttention, ms_aten.TorchModule]:
+def cached_attention(update: str = "index_copy") -> tuple[CachedAttention, ms_aten.TorchModule]:
     """A torch module and its cell (the cell's own copy), the sequence length dynamic."""
     torch.manual_seed(0)
-    module = CachedAttention()
+    module = CachedAttention(update)
     cell = ms_aten.module(copy.deepcopy(module), (torch.randn(1, 5, WIDTH), torch.arange(5)),
                           dynamic_shapes=({1: SEQ}, {0: SEQ}))
     return module, cell
@@ -70,17 +76,18 @@ def node_lines(spec: str) -> list[str]:
     return [line for line in spec.splitlines() if line.startswith("n ")]
 
 
-def test_the_cache_update_runs_in_place_on_the_buffer():
-    _, cell = cached_attention()
+@pytest.mark.parametrize("update", ["index_copy", "index_put"])
+def test_the_cache_update_runs_in_place_on_the_buffer(update):
+    _, cell = cached_attention(update)
     program = cell.program
     assert program.mutations == program.reinplaced == ("k_cache", "v_cache")
     assert program.n_outputs == 1  # the attention output alone: the caches are not outputs
     written = [cell._weight_names.index(b) for b in ("k_cache", "v_cache")]
     assert program.written == tuple(written)
     forward = node_lines(program.spec)
-    # index_copy_ writes each buffer (u<input>); nothing copies a whole cache anywhere.
+    # index_copy_ / index_put_ writes each buffer (u<input>); nothing copies a whole cache.
     for buffer in written:
-        assert sum(f" u{buffer} " in line and "aten::index_copy_ " in line
+        assert sum(f" u{buffer} " in line and f"aten::{update}_ " in line
                    for line in forward) == 1
     assert not any("aten::copy_ " in line for line in forward)
     assert not any(line.startswith("c ") for line in program.spec.splitlines())
@@ -88,11 +95,12 @@ def test_the_cache_update_runs_in_place_on_the_buffer():
     assert not any(" u" in line for line in node_lines(program.vjp_spec))
 
 
+@pytest.mark.parametrize("update", ["index_copy", "index_put"])
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
-def test_kv_cache_decoding_matches_torch_and_writes_the_parameters(mode):
+def test_kv_cache_decoding_matches_torch_and_writes_the_parameters(mode, update):
     """A 5-token prefill, then 1-token steps, in one dynamic program: outputs and caches equal
     torch eager's after every call, in the Parameters' own memory."""
-    module, cell = cached_attention()
+    module, cell = cached_attention(update)
     set_mode(mode)
     k_cache, v_cache = parameter(cell, "k_cache"), parameter(cell, "v_cache")
     pointers = k_cache.data_ptr(), v_cache.data_ptr()

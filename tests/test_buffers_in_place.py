@@ -286,3 +286,30 @@ def test_pynative_refuses_a_backward_that_saved_the_buffer_before_the_write():
     # Later calls work.
     out = cell(to_ms(torch.randn(1, 1, WIDTH)), to_ms(torch.arange(3, 4)))
     assert out.shape == (1, 1, WIDTH)
+
+
+class SliceWrite(torch.nn.Module):
+    """A slice assignment (slice_scatter in the exported graph), then a read of the buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("buf", torch.zeros(4, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.buf[:, 2:4] = x
+        return self.buf.sum(0)
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_a_slice_assignment_copies_into_the_slice_of_the_buffer(mode):
+    module = SliceWrite()
+    cell = ms_aten.module(copy.deepcopy(module), (torch.randn(4, 2),))
+    spec = cell.program.spec.splitlines()
+    assert cell.program.reinplaced == ("buf",)
+    assert sum(line.startswith("n _ ") and "aten::copy_ . 1 u" in line for line in spec) == 1
+    assert not any(line.startswith("c ") for line in spec)
+    set_mode(mode)
+    for _ in range(2):
+        x = torch.randn(4, 2)
+        np.testing.assert_allclose(cell(to_ms(x)).asnumpy(), module(x).numpy(), rtol=1e-6)
+        np.testing.assert_array_equal(parameter(cell, "buf").asnumpy(), module.buf.numpy())

@@ -77,8 +77,14 @@ def inplace_variant(op: object) -> torch._ops.OpOverload | None:
 
 
 def _reads_values(user: torch.fx.Node) -> bool:
-    """Whether a node reads a tensor's values (not only its sizes)."""
-    return symbolic.scalar_function(user.target) is None
+    """Whether a node reads a tensor's values, not only its sizes: a size, or a view whose only
+    readers are functional copies into it (`buf[:, 2:4] = x` gives slice(buf), copy(that, x),
+    slice_scatter(buf, ..), where copy's result is x's values in the slice's shape), reads none."""
+    if symbolic.scalar_function(user.target) is not None:
+        return False
+    return not (user.target in SCATTER_VIEWS.values() and user.users and all(
+        u.target is aten.copy.default and u.args[0] is user and user not in u.args[1:]
+        for u in user.users))
 
 
 def _same_layout(a: torch.fx.Node, b: torch.fx.Node) -> bool:

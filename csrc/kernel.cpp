@@ -43,6 +43,10 @@ Kernel* Kernel::create(const char* spec, const char* error) noexcept {
     const auto writes = [](const OpCall& c) {
       return c.kind() == SpecKind::kOut || c.kind() == SpecKind::kInplace;
     };
+    if (call->kind() == SpecKind::kCall && call->writes()) {
+      throw std::invalid_argument("op spec '" + text +
+                                  "': only a program node or a mutate spec writes its tensors");
+    }
     if (writes(*call) || (out && !writes(*out))) {
       throw std::invalid_argument("malformed op spec '" + text +
                                   "': expected '<call or vjp spec>[;<out spec>]'");

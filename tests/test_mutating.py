@@ -87,7 +87,12 @@ def test_wrong_tensor_count_is_a_type_error():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("call aten::add_ Tensor 0 u0 t1 f1", "written tensors (u, U tokens) need the 'mutate' kind"),
+    ("call aten::add_ Tensor 0 u0 t1 f1",
+     "only a program node or a mutate spec writes its tensors"),
+    ("call aten::add_ Tensor 1 t0 t1 f1",
+     "aten::add_.Tensor writes argument 'self': mark it u<j>"),
+    ("out aten::add_ Tensor 0 u0 t1 f1",
+     "written tensors (u, U tokens) need the 'mutate' or 'call' kind"),
     ("mutate aten::add_ Tensor 0 t0 u1 f1",
      "argument 'other' is marked written, but aten::add_.Tensor does not write it"),
     ("mutate aten::add_ Tensor 0 t0 t1 f1", "a mutate spec marks the tensors the op writes"),

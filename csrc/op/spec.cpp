@@ -2,6 +2,7 @@
 
 #include <ATen/ScalarOps.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <sstream>
@@ -266,8 +267,12 @@ void OpCall::check_writes(const std::string& spec) {
     const auto& alias = arguments[i].alias_info();
     const bool schema_writes = alias && alias->isWrite();
     any_written |= slot.written;
-    if (slot.written && kind_ != SpecKind::kMutate) {
-      fail(spec, "written tensors (u, U tokens) need the 'mutate' kind");
+    if (slot.written && kind_ != SpecKind::kMutate && kind_ != SpecKind::kCall) {
+      fail(spec, "written tensors (u, U tokens) need the 'mutate' or 'call' kind");
+    }
+    // A call writes only what its spec says it writes (a program node: program/program.h).
+    if (kind_ == SpecKind::kCall && schema_writes && !slot.written) {
+      fail(spec, name_ + " writes argument '" + arguments[i].name() + "': mark it u<j>");
     }
     if (slot.written && !schema_writes) {
       fail(spec, "argument '" + arguments[i].name() + "' is marked written, but " + name_ +
@@ -361,6 +366,10 @@ std::vector<c10::IValue> OpCall::stack_over(const std::vector<c10::IValue>& valu
   std::vector<c10::IValue> stack;
   fill(stack, values, 0, {});
   return stack;
+}
+
+bool OpCall::writes() const {
+  return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.written; });
 }
 
 bool OpCall::explicit_slots() const {

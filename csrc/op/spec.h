@@ -15,7 +15,8 @@
 //   Q           a Tensor?[] filled the same way (every entry present)
 //   T[i,j,..]   a Tensor[] of the call-time tensors i, j, ... (any number of such lists)
 //   Q[i,_,..]   a Tensor?[] the same way, `_` for a None entry
-//   u<j>        the j-th call-time tensor, which the op writes in place (mutate only)
+//   u<j>        the j-th call-time tensor, which the op writes in place (mutate, or a program
+//               node's value j: program/program.h)
 //   U[i,j,..]   a Tensor[] of call-time tensors the op writes in place (mutate only)
 //   o<k>        the k-th MindSpore output buffer (out= argument of an out variant)
 //   N           None            D         the schema's default
@@ -95,6 +96,8 @@ class OpCall {
   std::vector<int> value_indices() const;
   // Whether every tensor slot is indexed explicitly (no T/Q run, no out= slot).
   bool explicit_slots() const;
+  // Whether the call writes a tensor it is given (a u / U slot).
+  bool writes() const;
 
  private:
   // The forward's input and output counts for `total` = a * inputs + b * outputs tensors.

@@ -83,7 +83,8 @@ void ProgramFamily::run(const Program& program, const std::vector<at::Tensor>& i
     // this kernel (MindSpore pruned it), so it stops recording.
     if (last_handle_ != 0 && drop(last_handle_)) recording_ = false;
     last_handle_ = 0;
-    recording = recording_ && has_backward(kernel_id_);
+    // A forward whose backward could not recompute it keeps its graph from the first launch.
+    recording = recording_ && (has_backward(kernel_id_) || program.needs_kept_graph());
   }
   const int64_t handle =
       program.run(inputs, outputs, recording ? Program::Keep::kPark : Program::Keep::kNothing);

@@ -240,6 +240,21 @@ Program::Program(const std::string& spec) {
           }
         }
         output_shapes_.push_back(std::move(shape));
+      } else if (kind == 'c') {  // c <input> <value>
+        const auto words = split(line, ' ');
+        if (words.size() != 3) fail(line, "expected 'c <input> <value>'");
+        const int input = static_cast<int>(to_int(words[1]));
+        const int value = static_cast<int>(to_int(words[2]));
+        if (input < 0 || input >= n_inputs_) fail(line, "bad input index");
+        read(line, value);
+        write_backs_.emplace_back(input, value);
+      } else if (kind == 'w') {  // w <exact> <names>
+        const auto words = split(line, ' ');
+        if (words.size() != 3 || (words[1] != "0" && words[1] != "1")) {
+          fail(line, "expected 'w <0|1> <names>'");
+        }
+        recompute_exact_ = words[1] == "1";
+        written_ = unescape(words[2]);
       } else if (kind == 'g') {
         for (const int i : ids(line.size() > 2 ? line.substr(2) : "")) {
           if (i < 0 || i >= n_inputs_) fail(line, "bad input index");
@@ -263,6 +278,9 @@ Program::Program(const std::string& spec) {
     if (v < 0 || v >= n_values || !defined[v])
       fail("o", "output " + std::to_string(v) + " is undefined");
     last_read[v] = static_cast<int>(nodes_.size());  // kept to the end
+  }
+  for (const auto& write_back : write_backs_) {
+    last_read[write_back.second] = static_cast<int>(nodes_.size());
   }
   // Drop each value after its last reader: a model's activations live only as long as needed.
   for (int v = 0; v < n_values; ++v) {
@@ -365,6 +383,21 @@ std::vector<c10::IValue> Program::table(const std::vector<at::Tensor>& inputs) c
   return values;
 }
 
+void Program::write_back(const std::vector<at::Tensor>& inputs,
+                         const std::vector<c10::IValue>& values) const {
+  at::NoGradGuard no_grad;
+  for (const auto& [input, value] : write_backs_) inputs[input].copy_(values[value].toTensor());
+}
+
+void Program::check_recompute() const {
+  if (!needs_kept_graph()) return;
+  throw std::runtime_error(
+      "the forward updated its buffers (" + written_ +
+      ") in place and kept no autograd graph for this backward, and running it again on their "
+      "new values would give other outputs; differentiate the call where it runs (ms.grad, "
+      "value_and_grad), whose backward then takes the graph the forward kept");
+}
+
 const at::Tensor& Program::output(const std::vector<c10::IValue>& values, size_t k) const {
   const c10::IValue& value = values[outputs_[k]];
   if (!value.isTensor()) {
@@ -425,6 +458,7 @@ int64_t Program::forward(const std::vector<at::Tensor>& inputs,
     std::vector<c10::IValue> values = table(inputs);
     evaluate(values, 0, nodes_.size());
     for (size_t k = 0; k < n_out; ++k) copy_into_output(outputs[k], output(values, k), k);
+    write_back(inputs, values);
     handle.fill_(0);
     return 0;
   }
@@ -432,6 +466,11 @@ int64_t Program::forward(const std::vector<at::Tensor>& inputs,
   // VJP's, which then runs no second forward.
   c10::AutoGradMode grad_mode(true);
   Recomputed r = leaves(inputs);
+  // The kept graph may have saved a buffer the write-back then overwrites (x * scale, then
+  // scale.mul_(2)): its nodes read a copy, so the backward sees the values the forward read.
+  for (const auto& write_back : write_backs_) {
+    r.values[write_back.first] = r.values[write_back.first].toTensor().clone();
+  }
   evaluate(r.values, 0, nodes_.size());
   auto graph = std::make_unique<SavedGraph>();
   for (size_t k = 0; k < n_out; ++k) graph->outputs.push_back(output(r.values, k));
@@ -439,6 +478,7 @@ int64_t Program::forward(const std::vector<at::Tensor>& inputs,
     at::NoGradGuard no_grad;  // MindSpore's buffers are not part of the graph
     for (size_t k = 0; k < n_out; ++k) copy_into_output(outputs[k], graph->outputs[k], k);
   }
+  write_back(inputs, r.values);
   int64_t id = 0;
   if (!r.wrt.empty()) {  // else nothing is differentiable: the VJP writes zeros
     graph->leaves = std::move(r.wrt);
@@ -481,6 +521,7 @@ void Program::vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::T
     backward_into(graph->outputs, inputs, graph->leaves, graph->leaf_index, outputs);
     return;
   }
+  check_recompute();
   auto [values, wrt, wrt_index] = recompute(inputs, outputs);
   if (wrt.empty()) return;
   std::vector<at::Tensor> ys;
@@ -553,6 +594,7 @@ void Program::vjp2(const std::vector<at::Tensor>& inputs,
         c10::str("the second-order backward expects ", first_cotangent + n_inputs_, " inputs and ",
                  n_inputs_ + n_out, " outputs, got ", inputs.size(), " and ", outputs.size()));
   }
+  check_recompute();
   c10::AutoGradMode grad_mode(true);
   auto [values, wrt, wrt_index] = recompute(inputs, outputs);
   if (wrt.empty()) return;

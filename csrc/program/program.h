@@ -17,6 +17,15 @@
 //                                         returns (tensors, or scalars such as .item()'s),
 //                                         `_` for one nobody reads, `-` when it returns none;
 //                                         <label> is its module path, `-` for none
+//                                         a u<j> slot (op/spec.h) writes value j in place:
+//                                         a buffer input the program updates, or a view of one
+//   c <input> <value>                     a buffer update no node could write in place: after
+//                                         the nodes and the outputs' copies, the value is
+//                                         copied into input <input> (a forward spec only)
+//   w <exact: 0|1> <%-escaped names>      the forward writes these buffers (u slots, c lines);
+//                                         exact = 1 when running the forward again on their new
+//                                         values gives the same outputs (an index_copy_ of new
+//                                         rows into a KV cache), so a VJP may recompute
 //   o <v,v,..>                            the program's outputs
 //   O <k> <d,d,..>                        output k's shape: each size an int or z<j>
 //   g <i,i,..>                            the inputs the VJP differentiates (may be empty)
@@ -29,6 +38,10 @@
 //         gradient per input;
 //   vjp2: the vjp's inputs, one cotangent per gradient the vjp returns; then one gradient per
 //         input and one per output gradient (the second order: the vjp differentiated).
+// A forward that writes its buffers leaves their new values in MindSpore's input buffers, and
+// the VJP spec is the functional graph, which writes nothing: a recompute reads the buffers'
+// new values, which is exact only where the `w` line says so; otherwise a VJP that finds no
+// kept graph refuses, and a record kernel keeps its graph from its first launch.
 // The VJP takes the autograd graph its forward kept (program/saved.h), found by the handle or
 // handed over in a slot, and runs one backward pass. Without one it recomputes the forward
 // under autograd: with rng = 1 the forward records torch's CPU generator state before it runs,
@@ -66,6 +79,9 @@ class Program {
   // on the sizes known.
   std::vector<std::vector<int64_t>> infer_shapes(
       const std::vector<std::vector<int64_t>>& input_shapes, bool check = true) const;
+  // The forward writes buffers that a recompute would read with their new values, giving
+  // other outputs: its backward needs the graph the forward kept.
+  bool needs_kept_graph() const { return !written_.empty() && !recompute_exact_; }
 
  private:
   // A size check of the prologue (r and e lines).
@@ -123,6 +139,11 @@ class Program {
   void call(const Node& node, size_t index, std::vector<c10::IValue>& values) const;
   // The table with the inputs and constants in place.
   std::vector<c10::IValue> table(const std::vector<at::Tensor>& inputs) const;
+  // The c lines: each value copied into its buffer input.
+  void write_back(const std::vector<at::Tensor>& inputs,
+                  const std::vector<c10::IValue>& values) const;
+  // Throws unless a backward may recompute this forward (needs_kept_graph).
+  void check_recompute() const;
   const at::Tensor& output(const std::vector<c10::IValue>& values, size_t k) const;
 
   std::string name_;
@@ -135,6 +156,9 @@ class Program {
   std::vector<int> outputs_;
   std::vector<std::vector<Size>> output_shapes_;  // from the O lines; empty without them
   std::vector<bool> differentiate_;               // per input, for the VJP
+  std::vector<std::pair<int, int>> write_backs_;  // c lines: (input, value)
+  std::string written_;                           // w line: the buffers it writes, for messages
+  bool recompute_exact_ = true;
 };
 
 }  // namespace ms_aten

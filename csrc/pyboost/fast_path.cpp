@@ -13,7 +13,7 @@
 //   Outputs(shapes, dtypes, single)     the output tensors of one call: shapes, dtype names
 //   run(forward, vjp, inputs, outputs)  -> Tensor (single) or tuple of Tensors
 //   adopt(vjp, inputs, outputs, single) -> the same, for outputs computed already
-//   run_program(call, tape, vjp, inputs, outputs, n_states)
+//   run_program(call, tape, vjp, inputs, outputs, n_states, written)
 //                                       a whole program (csrc/program/program.h): `call`
 //                                       without autograd, else `tape`, which keeps its autograd
 //                                       graph for `vjp` in a slot the autograd node owns
@@ -430,13 +430,18 @@ py::object adopt(const std::shared_ptr<Kernel>& vjp, const std::vector<ms::Tenso
 // A whole program (csrc/program/program.h): `call` when autograd does not record (it keeps
 // nothing), else `tape`, which keeps its autograd graph in a slot that the autograd node owns,
 // for `vjp` to take; the last `n_states` outputs (the RNG state, the handle) go to the VJP as
-// they are.
+// they are. The program writes the inputs `written` (buffers it updates, Parameters) in place.
 py::object run_program(const std::shared_ptr<Kernel>& call, const std::shared_ptr<Kernel>& tape,
                        const std::shared_ptr<Kernel>& vjp, const std::vector<ms::Tensor>& inputs,
-                       const std::shared_ptr<Outputs>& outputs, size_t n_states) {
+                       const std::shared_ptr<Outputs>& outputs, size_t n_states,
+                       const std::vector<size_t>& written) {
   if (!call || !tape || !vjp || !outputs || outputs->shapes.size() <= n_states) {
     throw std::invalid_argument("ms_aten: run_program() needs three kernels and the outputs");
   }
+  // As MindSpore's own in-place ops do: a backward that saved one of them before this write
+  // (a MindSpore op that read the Parameter) then fails its version check instead of reading
+  // the new values.
+  for (const size_t i : written) inputs.at(i).tensor()->BumpVersion();
   if (!mindspore::pynative::GradState::Get().RequiresGrad()) {
     return run_async(call, inputs, outputs);
   }
@@ -475,6 +480,6 @@ PYBIND11_MODULE(MS_EXTENSION_NAME, m) {
   m.def("adopt", &ms_aten_fast::adopt, py::arg("vjp"), py::arg("inputs"), py::arg("outputs"),
         py::arg("single"), "Outputs computed from `inputs` already, with `vjp` as backward.");
   m.def("run_program", &ms_aten_fast::run_program, py::arg("call"), py::arg("tape"), py::arg("vjp"),
-        py::arg("inputs"), py::arg("outputs"), py::arg("n_states"),
+        py::arg("inputs"), py::arg("outputs"), py::arg("n_states"), py::arg("written"),
         "Run a program: `call`, or `tape` keeping its graph for `vjp` when autograd records.");
 }

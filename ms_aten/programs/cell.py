@@ -11,8 +11,7 @@ from .program import Program
 class ProgramCell(nn.Cell):
     """Runs a program's forward primitive (AtenFunction) on the Cell's weights, if any, and its
     inputs, and returns the graph's outputs alone (a Tensor when there is one): not the states
-    the primitive hands its backward (the RNG state, the kept graph's handle), nor, for a
-    module, the buffer updates it assigns.
+    the primitive hands its backward (the RNG state, the kept graph's handle).
 
     A capture with dynamic shapes declares its dynamic sizes to MindSpore (set_inputs with None
     there), so GRAPH mode compiles `cell(x)` once for every size; and a GRAPH-mode call's sizes
@@ -21,11 +20,10 @@ class ProgramCell(nn.Cell):
 
     _weight_shapes: list[list[int]] = []  # a module's Parameters' shapes, before the inputs
 
-    def _use(self, function: AtenFunction, first: int = 0) -> None:
-        """Runs `function` from now on; its outputs before `first` are the Cell's own."""
+    def _use(self, function: AtenFunction) -> None:
+        """Runs `function` from now on."""
         program = function.program
         self._function = function
-        self._first = first
         self._n_outputs = program.n_outputs
         if program.dynamic:
             self.set_inputs(*[Tensor(shape=list(shape), dtype=dtypes.to_ms(dtype))
@@ -54,6 +52,6 @@ class ProgramCell(nn.Cell):
 
     def _outputs(self, results):
         """The graph's outputs among the primitive's results."""
-        if self._n_outputs - self._first == 1:
-            return results[self._first]
-        return results[self._first:self._n_outputs]
+        if self._n_outputs == 1:
+            return results[0]
+        return results[:self._n_outputs]

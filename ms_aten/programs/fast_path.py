@@ -90,4 +90,4 @@ def call(function: RoutedProgram, *inputs: Any) -> tuple[Tensor, ...]:
     if outputs is None:
         outputs = state.outputs_for(inputs, key)
     return state.module.run_program(state.call, state.tape, state.vjp, list(inputs), outputs,
-                                    function.program.n_states)
+                                    function.program.n_states, function.program.written)

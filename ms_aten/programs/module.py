@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from mindspore import Parameter, ParameterTuple, ops
+from mindspore import Parameter, ParameterTuple
 
 from ..native.convert import to_ms, to_torch
 from .capture import DynamicShapes, dim_names, example_like, export, input_names, per_input
@@ -19,10 +19,10 @@ class TorchModule(ProgramCell):
     MindSpore optimizer) and every buffer a non-trainable Parameter.
 
     The Cell starts in the torch module's mode (`module.training`); `set_train(mode)` captures
-    the other mode's graph once. Buffers the graph updates (BatchNorm's running statistics in
-    train mode) are assigned after each call. Returns the module's outputs flattened as
-    torch.utils._pytree does (a HuggingFace ModelOutput gives its tensors in field order): a
-    Tensor when there is one, else a tuple.
+    the other mode's graph once. Buffers the graph updates (a KV cache, BatchNorm's running
+    statistics in train mode) are written in place, into their Parameters (inplace.py).
+    Returns the module's outputs flattened as torch.utils._pytree does (a HuggingFace
+    ModelOutput gives its tensors in field order): a Tensor when there is one, else a tuple.
 
     In either mode a forward that a backward follows keeps its autograd graph for it, which then
     runs one backward pass and no second forward; inference keeps nothing (csrc/program/saved.h):
@@ -102,9 +102,7 @@ class TorchModule(ProgramCell):
 
             function = AtenFunction(self._capture(training, self._example), recapture)
             self._functions[training] = function
-        mutations = function.program.mutations
-        self._mutated = tuple(self._weight_names.index(b) for b in mutations)
-        self._use(function, first=len(mutations))
+        self._use(function)
 
     def set_train(self, mode: bool = True) -> TorchModule:
         super().set_train(mode)
@@ -112,10 +110,7 @@ class TorchModule(ProgramCell):
         return self
 
     def construct(self, *inputs):
-        results = self._function(*self.weights, *inputs)
-        for i, weight in enumerate(self._mutated):
-            ops.assign(self.weights[weight], results[i])
-        return self._outputs(results)
+        return self._outputs(self._function(*self.weights, *inputs))
 
     def torch_state_dict(self) -> dict[str, torch.Tensor]:
         """The current weights as the torch module's state dict (same keys), so a model trained

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from mindspore import ops
 from mindspore.common import dtype as mstype
+from mindspore.ops import signature as sig
 
 from ..native import dtypes, library, pyboost
 from ..ops.binding import SPEC_ATTR
@@ -185,6 +186,19 @@ class AtenFunction(_ProgramPrimitive):
         # the first capture; every capture has its outputs' structure
         super().__init__(program, family, "record" if record else "call", program.n_results,
                          bprop=make_program_bprop(program, family))
+        if program.written:
+            self._declare_writes(program)
+
+    def _declare_writes(self, program: Program) -> None:
+        """The buffers the program updates in place (program.written) are a memory side
+        effect, as ms_aten.optim's MutatingOp declares: a RW_WRITE signature per written input,
+        so GRAPH mode orders the call among the loads and stores of those Parameters and a read
+        after it sees the new values; the written inputs must be Parameters there."""
+        self.set_signatures(self._fill_signature(tuple(
+            sig.make_sig(f"input{i}", sig.sig_rw.RW_WRITE if i in program.written
+                         else sig.sig_rw.RW_READ)
+            for i in range(program.n_inputs))))
+        self.add_prim_attr("side_effect_mem", True)
 
     def program_for(self, signature: Signature) -> Program:
         """The capture for a signature of the user inputs: captured now if it is new (and the

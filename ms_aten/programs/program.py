@@ -22,7 +22,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from ..native import dtypes, library
 from ..ops import constants as consts
 from ..ops.infer import EMIT, ERROR_BYTES, c_shapes
-from . import symbolic
+from . import inplace, symbolic
 
 # The family key of a capture with dynamic shapes (csrc/program/family.h, kAnySignature).
 ANY_SIGNATURE = "*"
@@ -96,7 +96,9 @@ class Program:
     input_names: tuple[str, ...]  # of the user inputs, for messages
     output_shapes: tuple[Shape, ...]  # the graph's outputs, without the RNG state
     output_dtypes: tuple[torch.dtype, ...]
-    mutations: tuple[str, ...]  # buffers the first len(mutations) outputs update, in order
+    mutations: tuple[str, ...]  # the buffers the program updates in place (inplace.py)
+    written: tuple[int, ...]  # their inputs (positions among the weights)
+    reinplaced: tuple[str, ...]  # those whose new value the op computing it writes in place
     random: bool  # the forward has one more output, the RNG state its VJP replays
     n_nodes: int
     replaced: int = 0  # subgraphs replace= put the user's replacement in place of (rewrite.py)
@@ -169,13 +171,30 @@ def _where(node: torch.fx.Node) -> str:
     return list(stack.values())[-1][0] if stack else ""
 
 
+@dataclass(frozen=True)
+class _Value:
+    """A value of the table that no graph node holds (a view a scatter writes through)."""
+
+    id: int
+
+
+@dataclass(frozen=True)
+class _Split:
+    """Where the forward and the VJP differ: the forward writes a buffer in place, the VJP runs
+    the functional node."""
+
+    forward: list[str]
+    vjp: list[str]
+
+
 class _Builder:
     """Numbers values and writes the program's lines while walking the graph once."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.ids: dict[torch.fx.Node, int] = {}
-        self.lines: list[str] = []
+        self.lines: list[str | _Split] = []
+        self.writes: dict[torch.fx.Node, inplace.Write] = {}  # by the node computing the value
         self.prologue: list[str] = []  # lines that depend on the inputs' sizes alone
         self.n_values = 0
         self.random = False
@@ -207,7 +226,8 @@ class _Builder:
         if isinstance(value, torch.fx.Node) and not isinstance(value.meta.get("val"),
                                                                torch.Tensor):
             return f"Z{self.value_of(node, arg, value)}"  # a size where torch takes a number
-        return f"t{self.value_of(node, arg, value)}"
+        written = arg.alias_info is not None and arg.alias_info.is_write
+        return f"{'u' if written else 't'}{self.value_of(node, arg, value)}"
 
     def scalar_token(self, node: torch.fx.Node, arg, value) -> str:
         """A non-tensor argument that reads scalar values: z<j>, or J<..> for an int list."""
@@ -241,6 +261,8 @@ class _Builder:
         self.lines.append(" ".join(["z", str(vid), fn, *operands]))
 
     def value_of(self, node: torch.fx.Node, arg, value) -> int:
+        if isinstance(value, _Value):
+            return value.id
         if isinstance(value, torch.fx.Node):
             if value not in self.ids:
                 raise self.fail(node, f"argument '{arg.name}' reads {value.name}, which is "
@@ -272,21 +294,49 @@ class _Builder:
         if not isinstance(target, torch._ops.OpOverload):
             raise self.fail(node, "only ATen/dispatcher ops can run in a program; this is "
                                   f"{type(target).__name__} {target}")
-        schema = _STRIDE_FREE.get(target, target)._schema
-        if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        if any(a.alias_info is not None and a.alias_info.is_write
+               for a in target._schema.arguments):
             raise self.fail(node, "the op writes its inputs, which torch.export's "
                                   "functionalization should have removed")
         if torch.Tag.nondeterministic_seeded in target.tags:
             self.random = True
+        line = self.node_line(node, _STRIDE_FREE.get(target, target), node.args, node.kwargs)
+        write = self.writes.get(node)
+        if write is None or write.inplace is None:
+            self.lines.append(line)
+        else:
+            self.lines.append(_Split(self.inplace_lines(node, write), [line]))
+
+    def inplace_lines(self, node: torch.fx.Node, write: inplace.Write) -> list[str]:
+        """The forward's lines for a node whose in-place variant writes its buffer: its result
+        is then the buffer itself."""
+        assert write.inplace is not None
+        result = str(self.ids[node])
+        if node.target not in inplace.SCATTER_VIEWS:
+            return [self.node_line(node, write.inplace, node.args, node.kwargs, result)]
+        # scatter(buffer, src, *view_args): copy_(view(buffer, *view_args), src)
+        view = self.new_value()
+        kwargs = {k: v for k, v in node.kwargs.items() if k != "src"}
+        src = node.kwargs["src"] if "src" in node.kwargs else node.args[1]
+        return [self.node_line(node, write.inplace, (node.args[0], *node.args[2:]), kwargs,
+                               str(view)),
+                self.node_line(node, torch.ops.aten.copy_.default, (_Value(view), src), {}, "_"),
+                self.node_line(node, torch.ops.aten.alias.default, (node.args[0],), {}, result)]
+
+    def node_line(self, node: torch.fx.Node, target: torch._ops.OpOverload, args: Sequence,
+                  kwargs: Mapping[str, Any], results: str | None = None) -> str:
+        """The `n` line calling `target` on these arguments for `node`; `results`: its result
+        ids, or None to number the node's results now."""
+        schema = target._schema
         tokens = []
         for position, arg in enumerate(schema.arguments):
-            if arg.kwarg_only or position >= len(node.args):
-                if arg.name not in node.kwargs:
+            if arg.kwarg_only or position >= len(args):
+                if arg.name not in kwargs:
                     tokens.append("D")
                     continue
-                value = node.kwargs[arg.name]
+                value = kwargs[arg.name]
             else:
-                value = node.args[position]
+                value = args[position]
             if consts.is_tensor_arg(arg):
                 tokens.append(self.tensor_token(node, arg, value))
             elif _holds_node(value):
@@ -296,6 +346,16 @@ class _Builder:
                     tokens.append(consts.encode(arg, consts.check_constant(arg, value)))
                 except consts.ConstantError as error:
                     raise self.fail(node, str(error)) from None
+        if results is None:
+            results = self.results(node, schema)
+        op_spec = " ".join([
+            "call", schema.name, schema.overload_name or ".",
+            str(len(results.split(",")) if results != "-" else 0), *tokens])
+        label = quote(_where(node), safe="") or "-"
+        return f"n {results} {label} {op_spec}"
+
+    def results(self, node: torch.fx.Node, schema) -> str:
+        """Numbers a node's results: their ids, `_` for one nobody reads, `-` for none."""
         returned = _returned(node.meta.get("val")) if schema.returns else []
         results = [r for r in returned if r is not None]
         if len(results) != len(returned) or (schema.returns and not results):
@@ -317,10 +377,7 @@ class _Builder:
                 continue
             self.ids[user] = self.new_value()
             result_ids.append(str(self.ids[user]))
-        op_spec = " ".join([
-            "call", schema.name, schema.overload_name or ".", str(len(results)), *tokens])
-        label = quote(_where(node), safe="") or "-"
-        self.lines.append(f"n {','.join(result_ids) or '-'} {label} {op_spec}")
+        return ",".join(result_ids) or "-"
 
 
 # Views that hold only for the strides their input had at capture time run as reshape, which is
@@ -390,6 +447,19 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
                 dim_names or {}, exported.range_constraints)
         except ValueError as error:
             raise CaptureError(f"ms_aten: {name}: {error}") from None
+    output_node = next(n for n in graph.nodes if n.op == "output")
+    specs = exported.graph_signature.output_specs
+    buffers = {spec.target: node for node, spec in zip(
+        placeholders, exported.graph_signature.input_specs, strict=True)
+        if spec.kind == InputKind.BUFFER}
+    writes = []
+    for value, spec in zip(output_node.args[0], specs, strict=True):
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            if spec.target not in position or not isinstance(value, torch.fx.Node):
+                raise CaptureError(f"ms_aten: {name} updates buffer {spec.target}, which is "
+                                   f"not among its weights")
+            writes.append(inplace.plan(spec.target, buffers[spec.target], value))
+            builder.writes[value] = writes[-1]
     for node in graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue
@@ -397,16 +467,16 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
             builder.scalar(node)
         else:
             builder.call(node)
-    output_node = next(n for n in graph.nodes if n.op == "output")
-    output_ids, shapes, out_dtypes, mutations = [], [], [], []
-    for value, spec in zip(output_node.args[0], exported.graph_signature.output_specs, strict=True):
+    output_ids, shapes, out_dtypes, user_outputs = [], [], [], []
+    for value, spec in zip(output_node.args[0], specs, strict=True):
         if spec.kind == OutputKind.USER_INPUT_MUTATION:
             raise CaptureError(f"ms_aten: {name} writes its input {spec.target} in place; "
                                f"MindSpore owns its inputs: return the new value instead")
         if not isinstance(value, torch.fx.Node) or value not in builder.ids:
             raise CaptureError(f"ms_aten: {name} returns {value!r}; a program returns tensors")
         if spec.kind == OutputKind.BUFFER_MUTATION:
-            mutations.append(spec.target)
+            continue  # written into the buffer (inplace.py)
+        user_outputs.append(value)
         meta = value.meta["val"]
         if not isinstance(meta, torch.Tensor):
             raise CaptureError(f"ms_aten: {name} returns the number {value.name}; a program "
@@ -422,20 +492,35 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
     floating = [i for i, node in enumerate(user_inputs) if node.meta["val"].is_floating_point()]
     grad_inputs = [position[t] for t in weights if t in trainable]
     grad_inputs += [len(weights) + i for i in floating]
+    if not output_ids:
+        raise CaptureError(f"ms_aten: {name} returns no tensor; a program returns tensors")
     # The forward needs the differentiated inputs too: a recording forward makes them leaves.
-    body = [*builder.prologue, *builder.lines, f"o {','.join(output_ids)}", *builder.shapes,
+    tail = [f"o {','.join(output_ids)}", *builder.shapes,
             f"g {','.join(map(str, grad_inputs))}"]
+    if writes:
+        exact = inplace.exact(writes, user_outputs)
+        tail.append(f"w {int(exact)} {quote(','.join(w.buffer for w in writes), safe='')}")
+    forward = [line for entry in builder.lines
+               for line in (entry.forward if isinstance(entry, _Split) else [entry])]
+    vjp = [line for entry in builder.lines
+           for line in (entry.vjp if isinstance(entry, _Split) else [entry])]
+    # The buffers no node writes in place take their new values after the program.
+    copies = [f"c {position[w.buffer]} {builder.ids[w.value]}" for w in writes
+              if w.inplace is None]
     n_inputs = len(weights) + len(user_inputs)
     header = f"{quote(name, safe='')} {n_inputs} {builder.n_values} {int(builder.random)}"
     program = Program(
         name=name,
-        spec="\n".join([f"program call {header}", *body]),
-        vjp_spec="\n".join([f"program vjp {header}", *body]),
+        spec="\n".join([f"program call {header}", *builder.prologue, *forward, *copies, *tail]),
+        vjp_spec="\n".join([f"program vjp {header}", *builder.prologue, *vjp, *tail]),
         n_weights=len(weights),
         signature=signature, input_names=names,
         output_shapes=tuple(shapes), output_dtypes=tuple(out_dtypes),
-        mutations=tuple(mutations), random=builder.random,
-        n_nodes=sum(1 for line in builder.lines if line.startswith("n ")),
+        mutations=tuple(w.buffer for w in writes),
+        written=tuple(position[w.buffer] for w in writes),
+        reinplaced=tuple(w.buffer for w in writes if w.inplace is not None),
+        random=builder.random,
+        n_nodes=sum(1 for line in forward if line.startswith("n ")),
         replaced=exported.graph_module.meta.get(REPLACED, 0))
     return program
 

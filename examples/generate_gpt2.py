@@ -48,7 +48,7 @@ def ms_greedy(cell: ms_aten.TorchModule, prompt: ms.Tensor, steps: int) -> tuple
     for step in range(steps):
         if step == 1:
             start = time.perf_counter()
-        logits = cell(tokens)
+        logits = cell(input_ids=tokens)["logits"]  # the model's own call; its fields by name
         next_token = ops.argmax(logits[:, -1], dim=-1, keepdim=True)
         tokens = ops.concat([tokens, next_token.astype(tokens.dtype)], axis=1)
     tokens.asnumpy()  # wait for the last step
@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     prompt = torch.randint(1, VOCAB, (2, args.prompt), generator=torch.Generator().manual_seed(1))
     start = time.perf_counter()
     seq = Dim("seq", min=2, max=MAX_LENGTH)
-    cell = ms_aten.module(model, (prompt,), dynamic_shapes={"input_ids": {1: seq}})
+    cell = ms_aten.module(model, kwargs={"input_ids": prompt},
+                          dynamic_shapes={"input_ids": {1: seq}})
     captured = time.perf_counter() - start
 
     steps = args.tokens - args.prompt

@@ -16,6 +16,8 @@ class LossCell(nn.Cell):
 
     def construct(self, x, target):
         out = self.net(x)
+        if isinstance(out, dict):  # an HF model's output, by field name
+            out = out["logits"]
         if self.kind == "lm":
             return ops.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
         if self.kind == "class":

@@ -99,9 +99,10 @@ def lstm(batch: int = 4, seq: int = 6) -> Case:
     return Case(LSTMRegressor(), (torch.randn(batch, seq, 4),), torch.randn(batch, 2), "mse")
 
 
-def logits(output) -> torch.Tensor:
-    """The tensor a torch module's output scores with (HF models return a ModelOutput)."""
-    return output.logits if hasattr(output, "logits") else output
+def logits(output):
+    """The tensor a model's output scores with: an HF model's ModelOutput, and an ms_aten Cell's
+    dict of its fields, hold it as "logits"."""
+    return output["logits"] if isinstance(output, dict) else output
 
 
 def torch_loss(kind: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -2,47 +2,53 @@
 with the user's subgraph replacements applied (rewrite.py)."""
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import UnsupportedOperatorException
 from torch.export import ExportedProgram
+from torch.utils import _pytree as pytree
 
 from ..ops.schema import missing_meta_kernel
 from . import rewrite
 from .program import CaptureError, Signature
 
 # torch.export's dynamic_shapes: one spec per input (a dict {dim: Dim}, a tuple of per-dim
-# Dims, or None), or a dict of them by argument name.
+# Dims, or None; nested as the input nests), or a dict of them by argument name.
 DynamicShapes = dict[str, Any] | tuple[Any, ...] | list[Any] | None
 
 
 class FunctionModule(torch.nn.Module):
-    """torch.export captures modules; this one calls a plain function."""
+    """torch.export captures modules; this one calls a plain function. Its keyword inputs come
+    last among forward's positional ones, named by `keywords`: torch 2.13's non-strict export
+    fails on dynamic_shapes for a `**kwargs` forward ("Must provide a tree_name")."""
 
-    def __init__(self, fn: Callable) -> None:
+    def __init__(self, fn: Callable, keywords: Sequence[str] = ()) -> None:
         super().__init__()
         self.fn = fn
+        self.keywords = tuple(keywords)
 
     def forward(self, *args):
-        return self.fn(*args)
+        n = len(args) - len(self.keywords)
+        return self.fn(*args[:n], **dict(zip(self.keywords, args[n:], strict=True)))
 
 
 def export(module: torch.nn.Module, example_inputs: tuple, name: str,
            dynamic_shapes: DynamicShapes = None, replace: Sequence = (),
+           kwargs: Mapping[str, Any] | None = None,
            strict: bool | None = None) -> tuple[ExportedProgram, bool]:
     """torch.export of `module`, functionalized, with high-level ATen ops kept (an empty
     decomposition table keeps linear, layer_norm, scaled_dot_product_attention: their CPU
     kernels are faster than their decompositions); CaptureError carries torch's reason. Each
     (pattern, replacement) of `replace` is then applied in turn (rewrite.py), its pattern and
-    replacement captured the same way.
+    replacement captured the same way. `kwargs`: the keyword inputs, as torch.export takes
+    them.
 
     strict: torch.export's argument (True traces with TorchDynamo, False with Python); None
     tries non-strict, then strict. Returns the program and the strictness that captured it,
     which a later capture of the same module (another shape, the other mode) reuses."""
-    exported, strict = _export(module, example_inputs, name, dynamic_shapes, strict)
+    exported, strict = _export(module, example_inputs, name, dynamic_shapes, kwargs, strict)
     if replace:
         rewrite.apply(exported, replace, name,
                       lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what)[0])
@@ -51,19 +57,21 @@ def export(module: torch.nn.Module, example_inputs: tuple, name: str,
 
 def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
             dynamic_shapes: DynamicShapes = None,
+            kwargs: Mapping[str, Any] | None = None,
             strict: bool | None = None) -> tuple[ExportedProgram, bool]:
     # A view as example input (tokens[:, :-1]) makes torch.export guard on its base's sizes,
     # which its own run_decompositions cannot evaluate once the sizes are symbolic.
-    inputs = tuple(x.clone() if isinstance(x, torch.Tensor) and x._base is not None else x
-                   for x in example_inputs)
+    inputs, keywords = pytree.tree_map_only(
+        torch.Tensor, lambda x: x.clone() if x._base is not None else x,
+        (example_inputs, dict(kwargs or {})))
     errors: list[Exception] = []
     # Non-strict first: it runs the module's Python as is, and is faster. Strict (TorchDynamo)
     # captures some modules non-strict cannot: transformers' static KV cache, whose in-place
     # cache writes fail non-strict's run_decompositions.
     for attempt in (False, True) if strict is None else (strict,):
         try:
-            exported = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes,
-                                           strict=attempt)
+            exported = torch.export.export(module, inputs, keywords,
+                                           dynamic_shapes=dynamic_shapes, strict=attempt)
             return exported.run_decompositions({}), attempt
         except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
             errors.append(error)
@@ -91,46 +99,6 @@ def _missing_meta_kernel(error: BaseException | None) -> str | None:
             return missing_meta_kernel(error.func._schema)
         error = error.__cause__ or error.__context__
     return None
-
-
-def input_names(fn: Callable, n: int) -> list[str]:
-    """The names of fn's first n positional parameters (a forward's, a function's), or input0,
-    input1, ... where it has fewer."""
-    try:
-        parameters = [p.name for p in inspect.signature(fn).parameters.values()
-                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    except (TypeError, ValueError):  # a builtin without a signature
-        parameters = []
-    return parameters[:n] if len(parameters) >= n else [f"input{i}" for i in range(n)]
-
-
-def per_input(dynamic_shapes: DynamicShapes, names: Sequence[str]) -> list[Any] | None:
-    """dynamic_shapes as one spec per input, in order (`names`: the inputs' argument names,
-    by which a dict gives them); None for none."""
-    if dynamic_shapes is None:
-        return None
-    if isinstance(dynamic_shapes, dict):
-        unknown = sorted(set(dynamic_shapes) - set(names))
-        if unknown:
-            raise TypeError(f"dynamic_shapes names {unknown}, which are not among the inputs "
-                            f"{list(names)}")
-        return [dynamic_shapes.get(name) for name in names]
-    if not isinstance(dynamic_shapes, (tuple, list)) or len(dynamic_shapes) != len(names):
-        raise TypeError(f"dynamic_shapes must give one spec per input ({len(names)}: "
-                        f"{', '.join(names)}), or a dict of them by name; got {dynamic_shapes!r}")
-    return list(dynamic_shapes)
-
-
-def dim_names(specs: Sequence[Any] | None) -> dict[tuple[int, int], str]:
-    """(input, dim) -> the name of the torch.export.Dim the specs give it, for messages."""
-    names: dict[tuple[int, int], str] = {}
-    for index, spec in enumerate(specs or ()):
-        dims = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
-        for dim, value in dims:
-            name = getattr(value, "__name__", None)
-            if isinstance(name, str):
-                names[(index, dim)] = name
-    return names
 
 
 def example_like(signature: Signature) -> tuple[torch.Tensor, ...]:

@@ -66,7 +66,7 @@ class CausalLM(TorchModule):
         # Strict capture: non-strict export sees the cache's tensors (held by StaticCache, not
         # a Module) as constants, and its run_decompositions fails on their writes.
         super().__init__(step, (torch.zeros(batch_size, 2, dtype=torch.long), torch.arange(2)),
-                         ({1: seq}, {0: seq}), strict=True)
+                         dynamic_shapes=({1: seq}, {0: seq}), strict=True)
         self._where = f"ms_aten.causal_lm({type(model).__name__})"
 
     def check(self, input_ids: Tensor, cache_position: Tensor) -> None:

@@ -6,25 +6,45 @@ from mindspore import Tensor, nn
 from ..native import dtypes
 from .primitive import AtenFunction
 from .program import Program
+from .structure import LEAVES, Inputs, Node, build, check_call, pick
 
 
 class ProgramCell(nn.Cell):
     """Runs a program's forward primitive (AtenFunction) on the Cell's weights, if any, and its
-    inputs, and returns the graph's outputs alone (a Tensor when there is one): not the states
-    the primitive hands its backward (the RNG state, the kept graph's handle).
+    inputs, and returns the graph's outputs alone, in the structure the torch code returned
+    them (structure.build: a ModelOutput or dict as a dict by field name, tuples and lists
+    nested as they were, a lone tensor as a Tensor): not the states the primitive hands its
+    backward (the RNG state, the kept graph's handle).
+
+    A call gives the inputs as the capture did, by position or by keyword, nested as they were
+    (structure.Inputs): from Python they are matched with torch's pytree and the compiled graph
+    takes the flat tensors; inside another Cell's graph, construct picks them by their
+    positions, keywords and keys (tuples, lists, dicts), in graph syntax.
 
     A capture with dynamic shapes declares its dynamic sizes to MindSpore (set_inputs with None
-    there), so GRAPH mode compiles `cell(x)` once for every size; and a GRAPH-mode call's sizes
-    are checked against their ranges before the compiled graph runs.
+    there, for the flat tensors), so GRAPH mode compiles `cell(x)` once for every size; and a
+    GRAPH-mode call's sizes are checked against their ranges before the compiled graph runs.
     """
 
     _weight_shapes: list[list[int]] = []  # a module's Parameters' shapes, before the inputs
 
-    def _use(self, function: AtenFunction) -> None:
-        """Runs `function` from now on."""
+    def _take(self, inputs: Inputs) -> None:
+        """The structure of the Cell's inputs; construct reads the constant tuples."""
+        self._inputs = inputs
+        self._sources = inputs.sources
+        self._keywords = inputs.keywords
+        self._n_positions = inputs.n_positions
+        self._constants = inputs.constants
+        self._owner = inputs.owner
+        self._expected = inputs.expected
+
+    def _use(self, function: AtenFunction, nodes: tuple[Node, ...]) -> None:
+        """Runs `function` from now on; its outputs nest as `nodes` (structure.output_nodes)
+        says."""
         program = function.program
         self._function = function
         self._n_outputs = program.n_outputs
+        self._nodes = nodes
         if program.dynamic:
             self.set_inputs(*[Tensor(shape=list(shape), dtype=dtypes.to_ms(dtype))
                               for shape, dtype in zip(program.signature.shapes,
@@ -40,6 +60,25 @@ class ProgramCell(nn.Cell):
         """The forward primitive the Cell calls."""
         return self._function
 
+    def __call__(self, *args, **kwargs):
+        # A call from Python (PYNATIVE, or a GRAPH-mode call not inside another graph, which
+        # MindSpore compiles from construct without calling this): torch's pytree matches the
+        # arguments to the capture's, and construct takes the flat tensors, which is also the
+        # form set_inputs declares for a dynamic capture.
+        # The outputs come back flat and nest here: a dict among a compiled graph's own outputs
+        # makes MindSpore 2.10 type them Any, and recompile the program's kernel where it cannot.
+        flat = super().__call__(*self._inputs.flatten(args, kwargs), **{LEAVES: True})
+        return build(self._nodes, flat)
+
+    def _leaves(self, args, kwargs):
+        """The program's user inputs from construct's arguments."""
+        if kwargs.get(LEAVES, False):
+            return args
+        check_call(args, kwargs, self._keywords, self._n_positions, self._constants,
+                   self._owner, self._expected)
+        return [pick(args, kwargs, source, self._owner, self._expected)
+                for source in self._sources]
+
     def _check_construct_args(self, *args) -> None:
         # MindSpore's check of a GRAPH-mode call, right before the compiled graph runs: a size
         # outside a dynamic capture's range is refused here, not by the kernel, whose error
@@ -50,8 +89,10 @@ class ProgramCell(nn.Cell):
             self._function.check_count(len(self._weight_shapes) + len(args))
             self._function.output_shapes([*self._weight_shapes, *(list(x.shape) for x in args)])
 
-    def _outputs(self, results):
-        """The graph's outputs among the primitive's results."""
-        if self._n_outputs == 1:
-            return results[0]
-        return results[:self._n_outputs]
+    def _outputs(self, results, kwargs):
+        """The graph's outputs among the primitive's results: flat for a call from Python
+        (__call__ nests them), in their structure for one inside another graph."""
+        outputs = results[:self._n_outputs]
+        if kwargs.get(LEAVES, False):
+            return outputs
+        return build(self._nodes, outputs)

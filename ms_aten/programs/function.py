@@ -1,72 +1,69 @@
 """ms_aten.function: a torch function as a MindSpore Cell, one kernel launch per call."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-import torch
-
-from .capture import (
-    DynamicShapes,
-    FunctionModule,
-    dim_names,
-    example_like,
-    export,
-    input_names,
-    per_input,
-)
+from .capture import DynamicShapes, FunctionModule, example_like, export
 from .cell import ProgramCell
 from .primitive import AtenFunction
 from .program import Program, Signature, build
+from .structure import Inputs, Node, flat_nodes, output_nodes
 
 
 class TorchFunction(ProgramCell):
     """A captured torch function: call it on MindSpore tensors in GRAPH (inside a Cell, or
-    compiled on its own) or PYNATIVE mode; it returns the function's outputs (a Tensor when
-    there is one, else a tuple) and is differentiable with respect to every floating input.
-    `primitive` is the AtenFunction that runs the whole graph in one kernel launch, `program`
-    its capture (ProgramCell)."""
+    compiled on its own) or PYNATIVE mode, by position or keyword as the function takes them;
+    it returns the function's outputs in their structure (a Tensor when there is one, tuples,
+    lists and dicts as they nest: ProgramCell) and is differentiable with respect to every
+    floating input. `primitive` is the AtenFunction that runs the whole graph in one kernel
+    launch, `program` its capture (ProgramCell). Made from an AtenFunction alone, it takes the
+    program's inputs by position and returns its outputs flat."""
 
-    def __init__(self, function: AtenFunction):
+    def __init__(self, function: AtenFunction, inputs: Inputs | None = None,
+                 nodes: tuple[Node, ...] | None = None):
         super().__init__()
-        self._use(function)
+        program = function.program
+        self._take(inputs or Inputs.by_position(len(program.signature.shapes),
+                                               f"ms_aten function '{program.name}'"))
+        self._use(function, flat_nodes(program.n_outputs) if nodes is None else nodes)
 
-    def construct(self, *inputs):
-        return self._outputs(self._function(*inputs))
+    def construct(self, *args, **kwargs):
+        return self._outputs(self._function(*self._leaves(args, kwargs)), kwargs)
 
 
-def function(fn: Callable, example_inputs: tuple, dynamic_shapes: DynamicShapes = None,
-             replace: Sequence = (), *, strict: bool | None = None) -> TorchFunction:
+def function(fn: Callable, args: tuple = (), kwargs: Mapping[str, Any] | None = None, *,
+             dynamic_shapes: DynamicShapes = None, replace: Sequence = (),
+             strict: bool | None = None) -> TorchFunction:
     """`fn` (a callable over torch tensors: torch ops, torch.nn.functional, torch.library ops)
-    as a MindSpore Cell that runs it in one kernel launch, captured with torch.export on
-    `example_inputs` (torch tensors); see TorchFunction. `replace`: (pattern, replacement[,
-    example_inputs]) tuples, applied at every capture (rewrite.py); `fn.program.replaced`
-    counts the matches.
+    as a MindSpore Cell that runs it in one kernel launch, captured with torch.export on the
+    example call `fn(*args, **kwargs)`: tensors anywhere in args and kwargs are the Cell's
+    inputs, the rest constants of the capture; see TorchFunction. `replace`: (pattern,
+    replacement[, example_inputs]) tuples, applied at every capture (rewrite.py);
+    `fn.program.replaced` counts the matches.
 
-    dynamic_shapes: torch.export's argument, one spec per input or a dict by argument name
-    (`{0: torch.export.Dim("batch", max=64)}`, `Dim.AUTO`, `Dim.DYNAMIC`): one capture then
-    serves every size the ranges allow, with no capture or compile per shape.
+    dynamic_shapes: torch.export's argument, one spec per argument or a dict by argument name
+    (`{0: torch.export.Dim("batch", max=64)}`, `Dim.AUTO`, `Dim.DYNAMIC`), nested as the
+    inputs nest: one capture then serves every size the ranges allow, with no capture or
+    compile per shape.
 
     strict: torch.export's argument (True: TorchDynamo traces; False: Python runs `fn`); None,
     the default, tries non-strict, then strict.
     """
-    if not isinstance(example_inputs, tuple) or not all(
-            isinstance(x, torch.Tensor) for x in example_inputs):
-        raise TypeError("ms_aten.function: example_inputs must be a tuple of torch tensors")
     name = getattr(fn, "__name__", type(fn).__name__)
-    module = FunctionModule(fn)
-    names = input_names(fn, len(example_inputs))
-    try:
-        specs = per_input(dynamic_shapes, names)
-    except TypeError as error:
-        raise TypeError(f"ms_aten.function({name}): {error}") from None
+    inputs = Inputs.of(fn, args, kwargs, f"ms_aten.function({name})",
+                       f"ms_aten function '{name}'", dynamic_shapes)
+    module = FunctionModule(fn, tuple(inputs.kwargs))
 
-    # FunctionModule.forward takes `*args`, for which torch.export wants the specs as one tuple.
-    exported, strict = export(module, example_inputs, name,
-                              None if specs is None else (tuple(specs),), replace, strict)
+    exported, strict = export(module, inputs.as_positional(inputs.args, inputs.kwargs), name,
+                              inputs.torch_dynamic_shapes("args"), replace, strict=strict)
 
     def capture(signature: Signature) -> Program:
-        return build(export(module, example_like(signature), name, replace=replace,
-                            strict=strict)[0], name, input_names=names)
+        example = inputs.as_positional(*inputs.example(list(example_like(signature))))
+        # The strictness that captured the first time captures every later time.
+        return build(export(module, example, name, replace=replace, strict=strict)[0], name,
+                     input_names=inputs.names)
 
-    return TorchFunction(AtenFunction(
-        build(exported, name, dim_names=dim_names(specs), input_names=names), capture))
+    program = build(exported, name, dim_names=inputs.dim_names, input_names=inputs.names)
+    return TorchFunction(AtenFunction(program, capture), inputs,
+                         output_nodes(exported.call_spec.out_spec))

@@ -1,16 +1,18 @@
 """ms_aten.module: a torch.nn.Module as a MindSpore Cell whose weights are MindSpore Parameters."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from mindspore import Parameter, ParameterTuple
 
 from ..native.convert import to_ms, to_torch
-from .capture import DynamicShapes, dim_names, example_like, export, input_names, per_input
+from .capture import DynamicShapes, example_like, export
 from .cell import ProgramCell
 from .primitive import AtenFunction
 from .program import Program, Signature, build
+from .structure import Inputs, Node, output_nodes
 
 
 class TorchModule(ProgramCell):
@@ -21,8 +23,12 @@ class TorchModule(ProgramCell):
     The Cell starts in the torch module's mode (`module.training`); `set_train(mode)` captures
     the other mode's graph once. Buffers the graph updates (a KV cache, BatchNorm's running
     statistics in train mode) are written in place, into their Parameters (inplace.py).
-    Returns the module's outputs flattened as torch.utils._pytree does (a HuggingFace
-    ModelOutput gives its tensors in field order): a Tensor when there is one, else a tuple.
+
+    Called as the module is, by position or keyword (`cell(input_ids=x, attention_mask=m)`),
+    with the inputs nested as at capture; the constants of the capture (use_cache=False) may
+    be left out. Returns the module's outputs in their structure: a HuggingFace ModelOutput or
+    a dict as a dict by field name (`out["logits"]`), tuples and lists as they nest, a lone
+    tensor as a Tensor (ProgramCell).
 
     In either mode a forward that a backward follows keeps its autograd graph for it, which then
     runs one backward pass and no second forward; inference keeps nothing (csrc/program/saved.h):
@@ -36,26 +42,20 @@ class TorchModule(ProgramCell):
     counts the matches. `strict`: torch.export's argument; None tries non-strict, then strict.
     """
 
-    def __init__(self, module: torch.nn.Module, example_inputs: tuple,
-                 dynamic_shapes: DynamicShapes = None, replace: Sequence = (), *,
+    def __init__(self, module: torch.nn.Module, args: tuple = (),
+                 kwargs: Mapping[str, Any] | None = None, *,
+                 dynamic_shapes: DynamicShapes = None, replace: Sequence = (),
                  strict: bool | None = None):
         super().__init__()
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ms_aten.module expects a torch.nn.Module, "
                             f"got {type(module).__name__}")
-        if not isinstance(example_inputs, tuple) or not all(
-                isinstance(x, torch.Tensor) for x in example_inputs):
-            raise TypeError("ms_aten.module: example_inputs must be a tuple of torch tensors")
         self._torch_module = module
-        self._example = example_inputs
         self._replace = replace
         self._strict = strict
         self._name = type(module).__name__
-        self._input_names = input_names(module.forward, len(example_inputs))
-        try:
-            self._dynamic_shapes = per_input(dynamic_shapes, self._input_names)
-        except TypeError as error:
-            raise TypeError(f"ms_aten.module({self._name}): {error}") from None
+        self._take(Inputs.of(module.forward, args, kwargs, f"ms_aten.module({self._name})",
+                             f"'{self._name}'", dynamic_shapes))
         named = [*module.named_parameters(), *module.named_buffers()]
         self._weight_names = tuple(name for name, _ in named)
         self._trainable = frozenset(name for name, p in module.named_parameters()
@@ -72,45 +72,48 @@ class TorchModule(ProgramCell):
                             for key, t in module.state_dict(keep_vars=True).items()
                             if id(t) in by_tensor}
         self._weight_shapes = [list(p.shape) for p in self.weights]
-        self._functions: dict[bool, AtenFunction] = {}
+        self._functions: dict[bool, tuple[AtenFunction, tuple[Node, ...]]] = {}
         super().set_train(module.training)
         self._select(module.training)
 
-    def _capture(self, training: bool, example: tuple) -> Program:
+    def _capture(self, training: bool, example: tuple[tuple, dict[str, Any]]
+                 ) -> tuple[Program, tuple[Node, ...]]:
         module = self._torch_module
         # Each submodule's own mode comes back afterwards: module.train() would set them all to
         # the top's (a new wrapper around an eval-mode model is in train mode).
         modes = {m: m.training for m in module.modules()}
         module.train(training)
-        specs = self._dynamic_shapes
+        inputs = self._inputs
         try:
             # The strictness that captured the first time captures every later time.
-            exported, self._strict = export(module, example, self._name,
-                                            None if specs is None else tuple(specs),
-                                            self._replace, self._strict)
+            exported, self._strict = export(module, example[0], self._name,
+                                            inputs.torch_dynamic_shapes("forward"),
+                                            self._replace, example[1], self._strict)
         finally:
             for m, mode in modes.items():
                 m.training = mode
-        return build(exported, self._name, self._weight_names, self._trainable, self._aliases,
-                     dim_names=dim_names(specs), input_names=self._input_names)
+        program = build(exported, self._name, self._weight_names, self._trainable,
+                        self._aliases, dim_names=inputs.dim_names, input_names=inputs.names)
+        return program, output_nodes(exported.call_spec.out_spec)
 
     def _select(self, training: bool) -> None:
-        function = self._functions.get(training)
-        if function is None:
+        if training not in self._functions:
             def recapture(signature: Signature) -> Program:
-                return self._capture(training, example_like(signature))
+                example = self._inputs.example(list(example_like(signature)))
+                return self._capture(training, example)[0]
 
-            function = AtenFunction(self._capture(training, self._example), recapture)
-            self._functions[training] = function
-        self._use(function)
+            program, nodes = self._capture(training, (self._inputs.args, self._inputs.kwargs))
+            self._functions[training] = AtenFunction(program, recapture), nodes
+        function, nodes = self._functions[training]
+        self._use(function, nodes)
 
     def set_train(self, mode: bool = True) -> TorchModule:
         super().set_train(mode)
         self._select(mode)
         return self
 
-    def construct(self, *inputs):
-        return self._outputs(self._function(*self.weights, *inputs))
+    def construct(self, *args, **kwargs):
+        return self._outputs(self._function(*self.weights, *self._leaves(args, kwargs)), kwargs)
 
     def torch_state_dict(self) -> dict[str, torch.Tensor]:
         """The current weights as the torch module's state dict (same keys), so a model trained
@@ -120,12 +123,16 @@ class TorchModule(ProgramCell):
         return {key: values[name] for key, name in self._state_keys.items()}
 
 
-def module(torch_module: torch.nn.Module, example_inputs: tuple,
-           dynamic_shapes: DynamicShapes = None, replace: Sequence = (), *,
-           strict: bool | None = None) -> TorchModule:
+def module(torch_module: torch.nn.Module, args: tuple = (),
+           kwargs: Mapping[str, Any] | None = None, *, dynamic_shapes: DynamicShapes = None,
+           replace: Sequence = (), strict: bool | None = None) -> TorchModule:
     """`torch_module` as a MindSpore Cell running its forward in one kernel launch; see
-    TorchModule. dynamic_shapes: torch.export's argument (one spec per input, or a dict by the
-    forward's argument names: `{"input_ids": {0: Dim("batch"), 1: Dim("seq", max=512)}}`).
-    strict: torch.export's argument (True: TorchDynamo traces; False: Python runs the forward);
-    None, the default, tries non-strict, then strict."""
-    return TorchModule(torch_module, example_inputs, dynamic_shapes, replace, strict=strict)
+    TorchModule. `args` and `kwargs` are an example call, as torch.export takes them: tensors
+    anywhere in them (tuples, lists, dicts, any pytree node) are the Cell's inputs, the rest
+    (use_cache=False, None, numbers) constants of the capture. dynamic_shapes: torch.export's
+    argument, mirroring the inputs (by the forward's argument names: `{"input_ids": {0:
+    Dim("batch"), 1: Dim("seq", max=512)}}`, or one spec per argument in order; a `*xs`
+    forward's as one per element). strict: torch.export's argument (True: TorchDynamo traces;
+    False: Python runs the forward); None, the default, tries non-strict, then strict."""
+    return TorchModule(torch_module, args, kwargs, dynamic_shapes=dynamic_shapes,
+                       replace=replace, strict=strict)

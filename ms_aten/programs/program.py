@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
 from ..native import dtypes, library
 from ..ops import constants as consts
@@ -430,6 +430,8 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
         elif spec.kind == InputKind.USER_INPUT and isinstance(node.meta.get("val"), torch.Tensor):
             builder.ids[node] = builder.new_value()
             user_inputs.append(node)
+        elif spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument):
+            continue  # use_cache=False, None: torch.export specialized the graph on it
         else:
             raise builder.fail(node, f"input {spec.target or node.name} ({spec.kind.name}) "
                                      f"is not a tensor the program can take")

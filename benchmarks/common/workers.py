@@ -23,11 +23,17 @@ def emit(result: dict) -> None:
     print(RESULT + json.dumps(result), flush=True)
 
 
-def run(module: str, arguments: list[str], env: dict[str, str] | None = None) -> dict:
+def run(module: str, arguments: list[str], env: dict[str, str] | None = None,
+        first: str | None = None) -> dict:
     """`python -m module arguments` in a fresh Python process started in the repository root
     (`env` added to this one's environment, and GLOG_v=3: MindSpore logs errors only); its
-    result. A failing worker stops the run with its output."""
-    done = subprocess.run([sys.executable, "-m", module, *arguments], cwd=ROOT,
+    result. `first`: a package the process imports before the module's own imports (ms_aten
+    before torch, to time either import order). A failing worker stops the run with its
+    output."""
+    start = ["-m", module] if first is None else [
+        "-c", f"import {first}, runpy; runpy.run_module({module!r}, run_name='__main__', "
+              f"alter_sys=True)"]
+    done = subprocess.run([sys.executable, *start, *arguments], cwd=ROOT,
                           capture_output=True, text=True, timeout=TIMEOUT_S,
                           env=dict(os.environ, GLOG_v="3", **(env or {})))
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]

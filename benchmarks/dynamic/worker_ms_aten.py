@@ -69,7 +69,7 @@ def decoder(cell: ms_aten.TorchModule) -> Run:
     def decode(done: Callable[[], None]) -> list:
         tokens = start
         while tokens.shape[1] < TOKENS:
-            next_token = ops.argmax(cell(tokens)[:, -1], dim=-1, keepdim=True)
+            next_token = ops.argmax(cell(tokens)["logits"][:, -1], dim=-1, keepdim=True)
             tokens = ops.concat([tokens, next_token.astype(tokens.dtype)], axis=1)
             tokens.asnumpy()  # each token is read back, as a generation loop does
             done()

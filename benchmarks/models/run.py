@@ -49,10 +49,10 @@ DEFAULT_MODELS = ("gpt2-tiny", "gpt2-medium", "bert-medium")
 
 
 def run_worker(side: str, model: str, route: str | None, extra: list[str],
-               env: dict[str, str] | None = None) -> dict:
+               env: dict[str, str] | None = None, first: str | None = None) -> dict:
     """One fresh worker process for `model` (and `route`, else every route); its result."""
     arguments = ["--model", model, *extra] + (["--route", route] if route is not None else [])
-    return workers.run(WORKERS[side], arguments, env)
+    return workers.run(WORKERS[side], arguments, env, first)
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -63,10 +63,11 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 
 
 def bench_model(model: str, routes: list[str], processes: int, extra: list[str], quick: bool,
-                ms_env: dict[str, str]) -> dict:
+                ms_env: dict[str, str], first: str | None = None) -> dict:
     """The ms_aten `routes` of `model` and the torch routes they are compared with (and torch's
     fused Adam step beside its default one): per-process figures, then their median and the
-    ratio to torch; `ms_env` is added to the ms_aten workers' environment."""
+    ratio to torch; `ms_env` is added to the ms_aten workers' environment, which import `first`
+    before anything else."""
     wanted = {MS_ATEN_ROUTES[r] for r in routes}
     if TORCH_STEP in wanted:
         wanted.add(TORCH_STEP_FUSED)
@@ -74,14 +75,14 @@ def bench_model(model: str, routes: list[str], processes: int, extra: list[str],
     runs: dict[tuple[str, str], list[dict]] = {job: [] for job in jobs}
     if quick:  # every route of a side in one process, in turns
         for side in ("torch", "ms_aten"):
-            result = run_worker(side, model, None, extra, ms_env if side == "ms_aten" else None)
+            result = run_worker(side, model, None, extra, *ms_aten_only(side, ms_env, first))
             for route in result["routes"]:
                 if (side, route) in runs:
                     runs[(side, route)].append(result)
     else:
         for side, route in workers.schedule(jobs, processes):
             started = time.perf_counter()
-            result = run_worker(side, model, route, extra, ms_env if side == "ms_aten" else None)
+            result = run_worker(side, model, route, extra, *ms_aten_only(side, ms_env, first))
             runs[(side, route)].append(result)
             print(f"  {model} {side:7} {route:28} {result['routes'][route]['ms']:9.3f} ms "
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
@@ -102,6 +103,12 @@ def bench_model(model: str, routes: list[str], processes: int, extra: list[str],
         entry["ratio"] = entry["ms"] / row["torch"][entry["vs"]]["ms"]
     row["meta"] = {side: runs[(side, route)][0]["meta"] for side, route in jobs[:1] + jobs[-1:]}
     return row
+
+
+def ms_aten_only(side: str, ms_env: dict[str, str], first: str | None
+                 ) -> tuple[dict[str, str] | None, str | None]:
+    """The environment and first import of a worker: the ms_aten side's alone."""
+    return (ms_env, first) if side == "ms_aten" else (None, None)
 
 
 def ratio_cell(entry: dict, torch_ms: float) -> str:
@@ -160,6 +167,7 @@ def write_markdown(results: Path) -> Path:
         + f"- {meta['processes_per_route']} processes per route; per process the median of "
         f"{samples['repeats']} samples of at least {samples['target_s']} s\n"
         + (f"- the ms_aten workers ran with {meta['ms_env']}\n" if meta["ms_env"] else "")
+        + f"- import order of the ms_aten workers: {meta.get('import_first', 'torch')} first\n"
         + f"\nMethod:\n{method}\n\n{report(rows)}\n")
     return markdown
 
@@ -179,6 +187,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="environment for the ms_aten workers only, e.g. "
                              "MS_DEV_HOST_BLOCKING_RUN=1 (a what-if; the figures are then "
                              "written under models_<KEY>.md)")
+    parser.add_argument("--import-first", choices=["torch", "ms_aten"], default="torch",
+                        help="what the ms_aten workers import first (results of ms_aten first "
+                             "go to models_ms_aten_first.md)")
     parser.add_argument("--out", type=Path, help="folder for models.{md,json}")
     parser.add_argument("--from-json", type=Path, help="only rewrite the .md of a results JSON")
     args = parser.parse_args(argv)
@@ -191,21 +202,23 @@ def main(argv: list[str] | None = None) -> dict:
              str(args.threads)]
     started, load_start = time.time(), os.getloadavg()
     ms_env = parse_env(args.ms_env)
+    first = "ms_aten" if args.import_first == "ms_aten" else None  # the workers import torch first
     rows = {}
     for name in names:
         print(f"{name}:", flush=True)
         rows[name] = bench_model(name, args.routes, 1 if args.quick else args.processes, extra,
-                                 args.quick, ms_env)
+                                 args.quick, ms_env, first)
     meta = {**workers.machine_meta(started, load_start), "note": args.note,
             "quick": args.quick,
             "processes_per_route": 1 if args.quick else args.processes,
             "samples": {"repeats": repeats, "target_s": target_s}, "threads": args.threads,
-            "ms_env": ms_env}
+            "ms_env": ms_env, "import_first": args.import_first}
     print(report(rows))
     out = args.out or (None if args.quick else workers.RESULTS)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        parts = ["models"] + ([f"threads{args.threads}"] if args.threads else []) + list(ms_env)
+        parts = (["models"] + ([f"threads{args.threads}"] if args.threads else []) + list(ms_env)
+                 + (["ms_aten_first"] if first else []))
         path = out / f"{'_'.join(parts)}.json"
         path.write_text(json.dumps({"meta": meta, "models": rows}, indent=1))
         write_markdown(path)

@@ -14,16 +14,17 @@ and data. Routes, as users run them:
   gradients already computed.
 - PYNATIVE: `cell(x)`; `ms.value_and_grad` unjitted; the training step with either optimizer.
 Every call ends with MindSpore's executor sync. Before anything is timed, every route is checked
-against torch eager run in this process (not timed): the logits, the loss and every gradient,
-and the weights after one step against torch.optim.Adam with MindSpore's epsilon placement
-emulated. Each route reports its ms_aten kernel launches per call.
+against torch eager's results from a process of its own (models/reference.py): the logits, the
+loss and every gradient, and the weights after one step against torch.optim.Adam with
+MindSpore's epsilon placement emulated. Each route reports its ms_aten kernel launches per call.
 """
 from __future__ import annotations
 
 import copy
-import math
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import mindspore as ms
 import numpy as np
@@ -31,8 +32,10 @@ import torch
 from mindspore import context, nn
 
 import ms_aten
+from benchmarks.common import workers
 from benchmarks.common.timing import ms_sync
 from benchmarks.common.workers import emit
+from benchmarks.models.reference import Reference
 from benchmarks.models.workloads import (
     BETAS,
     EPS,
@@ -70,38 +73,12 @@ class Route:
         return out
 
 
-@dataclass(frozen=True)
-class Reference:
-    """torch eager's results on the same weights and data."""
-
-    logits: np.ndarray
-    loss: float
-    grads: dict[str, np.ndarray]
-    adam_delta: dict[str, np.ndarray]  # one step of torch's Adam with MindSpore's epsilon
-    torch_adam_delta: dict[str, np.ndarray]  # one step of torch's Adam as it is
-
-
-def torch_reference(c: models.Case) -> Reference:
-    module = copy.deepcopy(c.module)
-    x, target = c.inputs[0], c.target
-    with torch.no_grad():
-        logits = models.logits(module(x)).numpy()
-    loss = models.torch_loss(c.loss, models.logits(module(x)), target)
-    loss.backward()
-    grads = {n: p.grad.numpy().copy() for n, p in module.named_parameters()}
-    before = {n: p.detach().clone() for n, p in module.named_parameters()}
-
-    def one_step(eps: float) -> dict[str, np.ndarray]:
-        with torch.no_grad():
-            for n, p in module.named_parameters():
-                p.copy_(before[n])
-        torch.optim.Adam(module.parameters(), lr=LR, betas=BETAS, eps=eps).step()
-        return {n: (p.detach() - before[n]).numpy() for n, p in module.named_parameters()}
-
-    # MindSpore's Adam adds epsilon to sqrt(v) before the bias correction, torch after: at step
-    # one, torch with eps / sqrt(1 - beta2) makes MindSpore's update.
-    return Reference(logits, loss.item(), grads, one_step(EPS / math.sqrt(1 - BETAS[1])),
-                     one_step(EPS))
+def torch_reference(model: str) -> Reference:
+    """torch eager's results, from a process of its own (models/reference.py says why)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "reference.npz"
+        workers.run("benchmarks.models.reference", ["--model", model, "--out", str(path)])
+        return Reference.load(path)
 
 
 def close(got: np.ndarray, want: np.ndarray, what: str, rtol: float = 1e-4,
@@ -121,7 +98,7 @@ class Bench:
         self.cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
         self.kind = c.loss
         self.x, self.target = to_ms(c.inputs[0]), to_ms(c.target)
-        self.reference = torch_reference(c)
+        self.reference = torch_reference(task.model)
         self.names = [p.name for p in self.cell.trainable_params()]
         self.initial = [p.asnumpy().copy() for p in self.cell.trainable_params()]
         self.grad_scale = max(np.abs(g).max() for g in self.reference.grads.values())
@@ -131,7 +108,7 @@ class Bench:
             param.set_data(ms.Tensor(value))
 
     def check_logits(self, out) -> None:
-        close(out.asnumpy(), self.reference.logits, "logits")
+        close(models.logits(out).asnumpy(), self.reference.logits, "logits")
 
     def check_grads(self, out) -> None:
         loss, grads = out
@@ -165,7 +142,7 @@ class Bench:
 
         @ms.jit
         def forward_jit(tokens):
-            return cell(tokens)
+            return cell(tokens)["logits"]  # MindSpore 2.10's jit returns no dict of a Custom op's
 
         @ms.jit
         def grad_jit(tokens, labels):
@@ -204,7 +181,7 @@ class Bench:
         def run():
             if not jitted:
                 cell = ms_aten.module(copy.deepcopy(self.case.module), self.case.inputs)
-                cell._use(ms_aten.AtenFunction(cell.program, record=False))
+                cell._use(ms_aten.AtenFunction(cell.program, record=False), cell._nodes)
                 grad_fn = ms.value_and_grad(LossCell(cell, self.kind), None,
                                             cell.trainable_params())
 

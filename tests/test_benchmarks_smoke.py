@@ -1,5 +1,6 @@
 """Smoke test of the benchmark harness: each family's driver (`python -m benchmarks.ops.run`,
-`benchmarks.models.run`, `benchmarks.dynamic.run`) runs with --quick and writes its results.
+`benchmarks.models.run`, `benchmarks.dynamic.run`, `benchmarks.decode.run`) runs with --quick
+and writes its results.
 
 No timing is asserted: the numbers depend on the machine and its load.
 """
@@ -74,3 +75,29 @@ def test_quick_dynamic_benchmark_checks_both_workloads_on_every_route(tmp_path: 
         assert all(row[route]["launches_per_item"] == launches for route in routes)
         assert all(row[route]["steady_ms"] > 0 for route in [*routes, "torch"])
     assert "| ms_aten GRAPH, dynamic |" in (tmp_path / "dynamic.md").read_text()
+
+
+def test_quick_decode_benchmark_makes_torch_s_tokens_on_every_route(tmp_path: Path) -> None:
+    """Every decoding route of tiny GPT-2 (torch's static-cache loop and model.generate;
+    ms_aten.generate, the GRAPH and PYNATIVE step loops) makes model.generate's tokens (the run
+    fails otherwise), one kernel launch per token on the ms_aten routes; the step loops report
+    the prefill and per-token times, the whole-loop graph only its total."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.decode.run", "--quick",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=TIME_LIMIT_S)
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    row = json.loads((tmp_path / "decode.json").read_text())["models"]["gpt2-tiny"]
+    routes = row["routes"]
+    assert set(routes) == {"static-loop", "generate", "graph-generate", "graph-loop",
+                           "pynative-loop"}
+    assert len(row["reference"]) == row["workload"]["new_tokens"]
+    assert len(set(row["reference"])) > 3  # the token check can tell a wrong cache
+    for route in ("graph-generate", "graph-loop", "pynative-loop"):
+        assert routes[route]["launches_per_token"] == 1
+    for route in ("static-loop", "generate", "graph-loop", "pynative-loop"):
+        assert set(routes[route]["per_token_ms"]) == {"12", "26"}
+        assert routes[route]["prefill_ms"] > 0 and routes[route]["decode_tokens_per_s"] > 0
+    assert "prefill_ms" not in routes["graph-generate"]
+    assert all(entry["total_s"] > 0 and entry["peak_mib"] >= entry["rss_before_mib"] > 0
+               for entry in routes.values())
+    assert "| ms_aten GRAPH, step loop |" in (tmp_path / "decode.md").read_text()

@@ -97,7 +97,11 @@ def test_wrong_tensor_count_is_a_type_error():
      "argument 'other' is marked written, but aten::add_.Tensor does not write it"),
     ("mutate aten::add_ Tensor 0 t0 t1 f1", "a mutate spec marks the tensors the op writes"),
     ("mutate aten::add_ Tensor 1 u0 t1 f1", "a mutate spec has output count 0"),
-    ("mutate aten::_foreach_add_ Scalar 0 U f1", "a written tensor list names its members"),
+    ("mutate aten::_foreach_add_ Scalar 0 U f1", "U and R lists name their members"),
+    ("mutate aten::add_ Tensor 0 u0 r1 f1",
+     "argument 'other' is marked unwritten (r, R tokens), which a mutate spec says of an "
+     "argument its op's schema writes"),
+    ("call aten::add Tensor 1 r0 t1 f1", "argument 'self' is marked unwritten"),
 ])
 def test_malformed_mutate_specs_fail_at_launch_naming_why(spec, message):
     with BridgeKernel(spec) as kernel:

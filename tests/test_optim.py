@@ -122,6 +122,28 @@ def test_one_launch_per_step_and_the_state_is_parameters():
     np.testing.assert_allclose(optimizer.exp_avg[0].asnumpy(), 0.1)  # (1 - beta1) * grad
 
 
+@pytest.mark.parametrize("make", [
+    lambda p: ms_aten.optim.Adam(p, lr=LR, maximize=True, weight_decay=0.1),
+    lambda p: ms_aten.optim.AdamW(p, lr=LR, amsgrad=True),
+    lambda p: ms_aten.optim.SGD(p, lr=LR, momentum=0.9, nesterov=True, maximize=True)],
+    ids=["Adam", "AdamW", "SGD"])
+def test_the_step_leaves_the_gradients_as_they_were(make, mode):
+    # The fused kernels get the gradients' own buffers, uncopied: they write them only to
+    # unscale them by a grad_scale, which ms_aten.optim never passes.
+    set_mode(mode)
+    params = [Parameter(Tensor(np.full((64, 32), 0.5, np.float32)), name="w"),
+              Parameter(Tensor(np.full((8,), -0.5, np.float32)), name="b")]
+    grads = tuple(Tensor(np.random.default_rng(i).standard_normal(p.shape).astype(np.float32))
+                  for i, p in enumerate(params))
+    before = [g.asnumpy().copy() for g in grads]
+    optimizer = make(params)
+    optimizer(grads)
+    optimizer(grads)
+    for grad, want in zip(grads, before, strict=True):
+        np.testing.assert_array_equal(grad.asnumpy(), want)
+    assert not np.allclose(params[0].asnumpy(), 0.5)
+
+
 def test_state_dict_round_trip_with_torch(mode):
     """Five steps here, the state to torch.optim.Adam, five more there, and the same back: both
     continue as one optimizer that took all ten steps."""

@@ -187,16 +187,20 @@ OpCall::OpCall(const std::string& spec) {
       switch (token[0]) {
         case 't':
         case 'u':
+        case 'r':
         case 'w':
           slots_.push_back({token[0] == 'w' ? SlotKind::kWrapped : SlotKind::kTensor,
                             static_cast<int>(to_int(token.substr(1))),
                             {},
                             {},
-                            token[0] == 'u'});
+                            token[0] == 'u',
+                            false,
+                            token[0] == 'r'});
           ++fixed_inputs_;
           break;
         case 'U':  // a written list names its members: MindSpore must know every buffer
-          if (token.size() == 1) fail(spec, "a written tensor list names its members: U[i,j,..]");
+        case 'R':
+          if (token.size() == 1) fail(spec, "U and R lists name their members: U[i,j,..]");
           [[fallthrough]];
         case 'T':
         case 'Q': {
@@ -205,7 +209,8 @@ OpCall::OpCall(const std::string& spec) {
             auto members = list_members(token, kind == SlotKind::kOptTensorList);
             for (const int m : members) fixed_inputs_ += m >= 0;
             has_explicit_list_ = true;
-            slots_.push_back({kind, 0, std::move(members), {}, token[0] == 'U'});
+            slots_.push_back(
+                {kind, 0, std::move(members), {}, token[0] == 'U', false, token[0] == 'R'});
             break;
           }
           if (has_list_) fail(spec, "more than one variable-length tensor list");
@@ -278,8 +283,13 @@ void OpCall::check_writes(const std::string& spec) {
       fail(spec, "argument '" + arguments[i].name() + "' is marked written, but " + name_ +
                      " does not write it");
     }
+    if (slot.unwritten && (kind_ != SpecKind::kMutate || !schema_writes)) {
+      fail(spec, "argument '" + arguments[i].name() + "' is marked unwritten (r, R tokens), " +
+                     "which a mutate spec says of an argument its op's schema writes");
+    }
     const bool tensor = slot.kind == SlotKind::kTensor || slot.kind == SlotKind::kTensorList;
-    slot.copy_first = kind_ == SpecKind::kMutate && schema_writes && !slot.written && tensor;
+    slot.copy_first =
+        kind_ == SpecKind::kMutate && schema_writes && !slot.written && !slot.unwritten && tensor;
   }
   if (kind_ != SpecKind::kMutate) return;
   if (!any_written) fail(spec, "a mutate spec marks the tensors the op writes (u, U tokens)");

@@ -18,6 +18,9 @@
 //   u<j>        the j-th call-time tensor, which the op writes in place (mutate, or a program
 //               node's value j: program/program.h)
 //   U[i,j,..]   a Tensor[] of call-time tensors the op writes in place (mutate only)
+//   r<j>, R[i,j,..]  a tensor or Tensor[] the schema writes but this call does not, passed as it
+//               is (mutate only: the fused optimizers write grads only to unscale them by a
+//               grad_scale); without it such an argument is copied first
 //   o<k>        the k-th MindSpore output buffer (out= argument of an out variant)
 //   N           None            D         the schema's default
 //   b0 b1       bool            i<int>    int            f<double>  float
@@ -125,6 +128,7 @@ class OpCall {
     std::vector<int64_t> ints;  // J<..>: the constant items
     bool written = false;       // u / U: the op writes MindSpore's buffer (mutate)
     bool copy_first = false;    // the schema writes it, the spec did not say so: pass a copy
+    bool unwritten = false;     // r / R: the schema writes it, this call does not (mutate)
   };
 
   // For a mutate spec: checks the written slots against the schema's write annotations and

@@ -41,6 +41,13 @@ def _writes(arg) -> bool:
     return arg.alias_info is not None and arg.alias_info.is_write
 
 
+def _letter(name: str, written: Collection[str], unwritten: Collection[str],
+            letters: str) -> str:
+    """The spec token's letter for a tensor argument: read, written or unwritten
+    (csrc/op/spec.h)."""
+    return letters[1] if name in written else letters[2] if name in unwritten else letters[0]
+
+
 class MutatingOp(CppInferred):
     """A dispatcher op that writes the call-time tensors named in `written`, in place.
 
@@ -49,18 +56,21 @@ class MutatingOp(CppInferred):
     as nothing at call time).
     written: the tensor arguments whose buffers the op updates; each must be one the schema
     writes (`Tensor(a!)`).
+    unwritten: tensor arguments the schema writes but this call, by its constants, does not
+    (the fused optimizers write `grads` only to unscale them by a `grad_scale`): passed as they
+    are instead of copied first. The caller vouches for it.
     constants: every other argument, as for ms_aten.op.
     A call passes every tensor as an input of its own, in schema order, a Tensor[]'s members
     one after the other: `op(*params, *grads, lr)`. It returns an empty placeholder tensor.
     """
 
     def __init__(self, name: str, lengths: Mapping[str, int], written: Collection[str],
-                 device_target: str = "CPU", **constants: Any):
+                 device_target: str = "CPU", unwritten: Collection[str] = (), **constants: Any):
         schema = _schema(name)
         binding = Binding.build(schema, constants)
         label = f"ms_aten mutating op '{full_name(schema)}'"
         arguments = {arg.name: arg for arg in schema.arguments}
-        for arg_name in written:
+        for arg_name in (*written, *unwritten):
             if arg_name not in arguments or not _writes(arguments[arg_name]):
                 writable = [a.name for a in schema.arguments if _writes(a)]
                 raise ValueError(f"{label}: it does not write an argument '{arg_name}'; it "
@@ -79,12 +89,12 @@ class MutatingOp(CppInferred):
             kind = consts.tensor_kind(arg) if consts.is_tensor_arg(arg) else None
             if kind == "Tensor":
                 count = 1
-                tokens.append(f"{'u' if arg.name in written else 't'}{n}")
+                tokens.append(f"{_letter(arg.name, written, unwritten, 'tur')}{n}")
             elif kind == "Tensor[]":
                 if arg.name not in lengths:
                     raise TypeError(f"{label}: give the length of the tensor list '{arg.name}'")
                 count = lengths[arg.name]
-                letter = "U" if arg.name in written else "T"
+                letter = _letter(arg.name, written, unwritten, "TUR")
                 tokens.append(f"{letter}[{','.join(str(n + i) for i in range(count))}]")
             elif kind is None and arg.has_default_value():
                 tokens.append("D")

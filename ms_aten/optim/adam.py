@@ -45,7 +45,9 @@ class Adam(FusedOptimizer):
         self.update = MutatingOp(
             kernel, {"self": n, "grads": n, "exp_avgs": n, "exp_avg_sqs": n,
                      "max_exp_avg_sqs": n if amsgrad else 0, "state_steps": n},
-            written, current_target(), beta1=float(betas[0]), beta2=float(betas[1]),
+            # Without a grad_scale the kernel leaves the gradients as they are: no copy of them.
+            written, current_target(), unwritten=("grads",), beta1=float(betas[0]),
+            beta2=float(betas[1]),
             weight_decay=float(weight_decay), eps=float(eps), amsgrad=amsgrad,
             maximize=maximize, grad_scale=None, found_inf=None)
 

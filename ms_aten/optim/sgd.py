@@ -41,7 +41,9 @@ class SGD(FusedOptimizer):
                 "_fused_sgd_.tensor_lr",
                 {"self": n, "grads": n, "momentum_buffer_list": n if self.has_momentum else 0},
                 ("self", "momentum_buffer_list") if self.has_momentum else ("self",),
-                current_target(), weight_decay=float(weight_decay), momentum=float(momentum),
+                # Without a grad_scale the kernel leaves the gradients as they are: no copy.
+                current_target(), unwritten=("grads",), weight_decay=float(weight_decay),
+                momentum=float(momentum),
                 dampening=float(dampening), nesterov=nesterov, maximize=maximize,
                 is_first_step=first, grad_scale=None, found_inf=None)
 

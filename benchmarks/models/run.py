@@ -1,6 +1,6 @@
 """Whole models: ms_aten.module against torch eager, each route timed alone in fresh processes.
 
-    .venv/bin/python -m benchmarks.models.run                 # GPT-2 tiny and medium, BERT medium
+    .venv/bin/python -m benchmarks.models.run                 # GPT-2 tiny/medium/small, BERT medium/base
     .venv/bin/python -m benchmarks.models.run --quick         # tiny GPT-2, a smoke run (CI)
     .venv/bin/python -m benchmarks.models.run --models gpt2-tiny --processes 5 \\
         --note "under load: two other engineers' builds"
@@ -45,7 +45,7 @@ from benchmarks.models.workloads import (
 )
 
 WORKERS = {"torch": "benchmarks.models.worker_torch", "ms_aten": "benchmarks.models.worker_ms_aten"}
-DEFAULT_MODELS = ("gpt2-tiny", "gpt2-medium", "bert-medium")
+DEFAULT_MODELS = ("gpt2-tiny", "gpt2-medium", "bert-medium", "gpt2-small", "bert-base")
 
 
 def run_worker(side: str, model: str, route: str | None, extra: list[str],

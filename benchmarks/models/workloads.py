@@ -29,6 +29,9 @@ CONFIGS: dict[str, Callable[[], models.Case]] = {
     "gpt2-tiny": lambda: models.gpt2(),  # 2 layers, 32 wide, 8 tokens
     "gpt2-medium": lambda: models.gpt2(layers=4, hidden=256, heads=4, seq=128, vocab=1000),
     "bert-medium": lambda: models.bert(layers=4, hidden=256, heads=4, seq=128, vocab=1000),
+    # The sizes users compare: GPT-2 small and BERT-base, 2 x 128 tokens.
+    "gpt2-small": lambda: models.gpt2(layers=12, hidden=768, heads=12, seq=128, vocab=50257),
+    "bert-base": lambda: models.bert(layers=12, hidden=768, heads=12, seq=128, vocab=30522),
 }
 # The routes each worker times, and the torch route each ms_aten route is compared with.
 TORCH_FORWARD, TORCH_GRAD, TORCH_STEP, TORCH_STEP_FUSED, TORCH_ADAM = (

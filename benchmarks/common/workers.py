@@ -75,3 +75,15 @@ def machine_header(meta: dict) -> str:
             f"- load average (1/5/15 min) at start {tuple(meta['loadavg_start'])}, at end "
             f"{tuple(meta['loadavg_end'])}\n" + (f"- note: {meta['note']}\n" if meta.get("note")
                                                    else ""))
+
+
+def write_report(results: Path, title: str, details: str, doc: str, body: str) -> Path:
+    """A results JSON's report, beside it as .md: `title`, the machine record, `details` (lines
+    of the run's settings), the method (the driver's docstring from "Method:" to "Writes") and
+    `body`, the driver's tables."""
+    meta = json.loads(results.read_text())["meta"]
+    method = doc.split("Method:\n", 1)[1].split("\nWrites", 1)[0]
+    markdown = results.with_suffix(".md")
+    markdown.write_text(f"# {title}\n\n" + machine_header(meta) + details
+                        + f"\nMethod:\n{method}\n\n{body}\n")
+    return markdown

@@ -155,15 +155,10 @@ def write_markdown(results: Path) -> Path:
     """The report of a results JSON, beside it as .md (--from-json rewrites it alone)."""
     data = json.loads(results.read_text())
     meta = data["meta"]
-    method = __doc__.split("Method:\n", 1)[1].split("\nWrites", 1)[0]
-    markdown = results.with_suffix(".md")
-    markdown.write_text(
-        "# Decoding with a KV cache: ms_aten against torch eager\n\n"
-        + workers.machine_header(meta)
-        + f"- {meta['processes_per_route']} processes per route, {meta['runs']} timed "
-          f"generations per process\n"
-        + f"\nMethod:\n{method}\n{report(data['models'])}\n")
-    return markdown
+    return workers.write_report(
+        results, "Decoding with a KV cache: ms_aten against torch eager",
+        f"- {meta['processes_per_route']} processes per route, {meta['runs']} timed "
+        f"generations per process\n", __doc__, report(data["models"]))
 
 
 def main(argv: list[str] | None = None) -> dict:

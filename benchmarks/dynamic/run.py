@@ -117,16 +117,13 @@ def report(rows: dict) -> str:
 
 
 def write_markdown(results: Path) -> Path:
+    """The report of a results JSON, beside it as .md."""
     data = json.loads(results.read_text())
     meta = data["meta"]
-    method = __doc__.split("Method:\n", 1)[1].split("\nWrites", 1)[0]
-    markdown = results.with_suffix(".md")
-    markdown.write_text(
-        "# Dynamic shapes: ms_aten against torch eager\n\n"
-        + workers.machine_header(meta)
-        + f"- {meta['processes']} processes per job, {meta['warm']} warm runs per process\n"
-        + f"\nMethod:\n{method}\n{report(data['workloads'])}\n")
-    return markdown
+    return workers.write_report(
+        results, "Dynamic shapes: ms_aten against torch eager",
+        f"- {meta['processes']} processes per job, {meta['warm']} warm runs per process\n",
+        __doc__, report(data["workloads"]))
 
 
 def main(argv: list[str] | None = None) -> dict:

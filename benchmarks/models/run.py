@@ -1,6 +1,6 @@
 """Whole models: ms_aten.module against torch eager, each route timed alone in fresh processes.
 
-    .venv/bin/python -m benchmarks.models.run                 # GPT-2 tiny/medium/small, BERT medium/base
+    .venv/bin/python -m benchmarks.models.run   # GPT-2 tiny, medium, small; BERT medium, base
     .venv/bin/python -m benchmarks.models.run --quick         # tiny GPT-2, a smoke run (CI)
     .venv/bin/python -m benchmarks.models.run --models gpt2-tiny --processes 5 \\
         --note "under load: two other engineers' builds"
@@ -157,19 +157,14 @@ def report(rows: dict[str, dict]) -> str:
 def write_markdown(results: Path) -> Path:
     """The report of a results JSON, beside it as .md (--from-json rewrites it alone)."""
     data = json.loads(results.read_text())
-    meta, rows = data["meta"], data["models"]
-    method = __doc__.split("Method:\n", 1)[1].split("\nWrites", 1)[0]
-    samples = meta["samples"]
-    markdown = results.with_suffix(".md")
-    markdown.write_text(
-        "# Whole models: ms_aten against torch eager\n\n"
-        + workers.machine_header(meta)
-        + f"- {meta['processes_per_route']} processes per route; per process the median of "
+    meta, samples = data["meta"], data["meta"]["samples"]
+    return workers.write_report(
+        results, "Whole models: ms_aten against torch eager",
+        f"- {meta['processes_per_route']} processes per route; per process the median of "
         f"{samples['repeats']} samples of at least {samples['target_s']} s\n"
         + (f"- the ms_aten workers ran with {meta['ms_env']}\n" if meta["ms_env"] else "")
-        + f"- import order of the ms_aten workers: {meta.get('import_first', 'torch')} first\n"
-        + f"\nMethod:\n{method}\n\n{report(rows)}\n")
-    return markdown
+        + f"- import order of the ms_aten workers: {meta.get('import_first', 'torch')} first\n",
+        __doc__, report(data["models"]))
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -95,7 +95,10 @@ class Bench:
     def __init__(self, task: Task):
         c = self.case = case(task.model)
         ms.set_context(mode=GRAPH)
-        self.cell = ms_aten.module(copy.deepcopy(c.module), c.inputs)
+        # The module itself, not a copy: torch's reference comes from another process, and a
+        # deepcopy's parallel copies would give this process's main thread an OpenMP team of
+        # its own beside ms_aten's launch thread's (docs/devices.md).
+        self.cell = ms_aten.module(c.module, c.inputs)
         self.kind = c.loss
         self.x, self.target = to_ms(c.inputs[0]), to_ms(c.target)
         self.reference = torch_reference(task.model)

@@ -4,10 +4,12 @@ attention, random weights, both modes; sampling reproducible and inside its top-
 sets; bad batch sizes and positions refused before anything runs."""
 from __future__ import annotations
 
+import mindspore as ms
 import numpy as np
 import pytest
 import torch
 import transformers
+from mindspore import nn
 
 import ms_aten
 
@@ -167,6 +169,28 @@ def test_batch_size_and_positions_are_checked_before_anything_runs(model_and_lm,
     np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(ms_aten.generate(lm, prompt.numpy(), max_new_tokens=10)
                                   .asnumpy(), _torch_greedy(model, prompt, 10))
+
+
+class LogitSum(nn.Cell):
+    def __init__(self, lm: ms_aten.CausalLM):
+        super().__init__()
+        self.lm = lm
+
+    def construct(self, ids, positions):
+        return self.lm(ids, positions).sum()
+
+
+def test_a_gradient_through_the_cell_is_refused_by_name_and_decoding_goes_on(model_and_lm,
+                                                                              mode):
+    # The cell keeps no autograd graph, and its cache bookkeeping cannot be recomputed.
+    model, lm = model_and_lm
+    set_mode(mode)
+    ids, positions = ms.Tensor(_prompt(3, seed=5).numpy()), ms.Tensor(np.arange(3))
+    with pytest.raises(RuntimeError, match=r"updated its buffers \(.*key_cache_0.*\) in place"):
+        ms.value_and_grad(LogitSum(lm), None, lm.trainable_params())(ids, positions)
+    prompt = _prompt(5, seed=6)
+    tokens = ms_aten.generate(lm, prompt.numpy(), max_new_tokens=4).asnumpy()
+    np.testing.assert_array_equal(tokens, _torch_greedy(model, prompt, 4))
 
 
 def test_the_kv_cache_example_decodes_as_transformers(mode):

@@ -41,6 +41,12 @@ class CausalLM(TorchModule):
     compiled graph unable to run again).
     """
 
+    # Decoding is never differentiated: the forward keeps no autograd graph (a GRAPH kernel's
+    # first launch would otherwise park the prompt's activations until its next launch, since
+    # the cache's bookkeeping buffers make the forward one a backward could not recompute); a
+    # gradient through the Cell is refused, naming those buffers.
+    _record = False
+
     def __init__(self, model: PreTrainedModel, max_cache_len: int, batch_size: int = 1):
         from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 

@@ -42,6 +42,9 @@ class TorchModule(ProgramCell):
     counts the matches. `strict`: torch.export's argument; None tries non-strict, then strict.
     """
 
+    # Whether a forward that a backward follows keeps its autograd graph (AtenFunction).
+    _record = True
+
     def __init__(self, module: torch.nn.Module, args: tuple = (),
                  kwargs: Mapping[str, Any] | None = None, *,
                  dynamic_shapes: DynamicShapes = None, replace: Sequence = (),
@@ -103,7 +106,8 @@ class TorchModule(ProgramCell):
                 return self._capture(training, example)[0]
 
             program, nodes = self._capture(training, (self._inputs.args, self._inputs.kwargs))
-            self._functions[training] = AtenFunction(program, recapture), nodes
+            self._functions[training] = (
+                AtenFunction(program, recapture, record=self._record), nodes)
         function, nodes = self._functions[training]
         self._use(function, nodes)
 

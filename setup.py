@@ -30,7 +30,7 @@ NPU_INCLUDE_DIRS = ["include", "include/third_party/acl/inc"]
 TORCH_SOURCES = ["boundary/entry.cpp", "boundary/ms_ext.cpp", "kernel.cpp", "launch_thread.cpp",
                  "view_cache.cpp",
                  "program/program.cpp", "program/family.cpp", "program/scalars.cpp",
-                 "program/saved.cpp",
+                 "program/saved.cpp", "program/compiled.cpp",
                  "op/spec.cpp", "op/results.cpp", "op/grad.cpp", "op/infer.cpp", "op/bounded.cpp",
                  "op/mutate.cpp",
                  "device/cpu.cpp", "device/cuda.cpp", "device/npu.cpp"]

@@ -13,6 +13,7 @@
 #include "kernel.h"
 #include "launch_thread.h"
 #include "op/infer.h"
+#include "program/compiled.h"
 #include "program/family.h"
 #include "program/saved.h"
 
@@ -260,6 +261,17 @@ MS_ATEN_C_API int ms_aten_program_register(const char* family, const char* key, 
                                            const char* vjp, char* error, size_t error_size) {
   const std::string message =
       failure_of("program", [&] { ms_aten::register_programs(family, key, call, vjp); });
+  if (message.empty()) return 0;
+  copy_message(message, error, error_size);
+  return 1;
+}
+
+// Registers a model AOTInductor compiled (program/compiled.h) under `key`: 0, or 1 with the
+// reason (a malformed spec, a library that does not load) in error.
+MS_ATEN_C_API int ms_aten_compiled_register(const char* key, const char* spec, char* error,
+                                            size_t error_size) {
+  const std::string message =
+      failure_of("compiled", [&] { ms_aten::register_compiled(key, spec); });
   if (message.empty()) return 0;
   copy_message(message, error, error_size);
   return 1;

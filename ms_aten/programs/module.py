@@ -10,6 +10,7 @@ from mindspore import Parameter, ParameterTuple
 from ..native.convert import to_ms, to_torch
 from .capture import DynamicShapes, example_like, export
 from .cell import ProgramCell
+from .compiled import CompileOptions, compile_exported
 from .primitive import AtenFunction
 from .program import Program, Signature, build
 from .structure import Inputs, Node, output_nodes
@@ -40,6 +41,8 @@ class TorchModule(ProgramCell):
     there), so GRAPH mode compiles it once too. `replace`: (pattern, replacement[,
     example_inputs]) tuples applied at every capture (rewrite.py); `cell.program.replaced`
     counts the matches. `strict`: torch.export's argument; None tries non-strict, then strict.
+    `compile`: True (or a dict of options) runs each capture as code AOTInductor compiled
+    (compiled.py); `cell.program.compiled` says what that took.
     """
 
     # Whether a forward that a backward follows keeps its autograd graph (AtenFunction).
@@ -48,8 +51,9 @@ class TorchModule(ProgramCell):
     def __init__(self, module: torch.nn.Module, args: tuple = (),
                  kwargs: Mapping[str, Any] | None = None, *,
                  dynamic_shapes: DynamicShapes = None, replace: Sequence = (),
-                 strict: bool | None = None):
+                 strict: bool | None = None, compile: bool | Mapping[str, Any] = False):
         super().__init__()
+        self._compile = CompileOptions.of(compile)
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ms_aten.module expects a torch.nn.Module, "
                             f"got {type(module).__name__}")
@@ -95,8 +99,15 @@ class TorchModule(ProgramCell):
         finally:
             for m, mode in modes.items():
                 m.training = mode
+        compiled = None
+        if self._compile is not None:
+            training = training if self._compile.training is None else self._compile.training
+            compiled = compile_exported(
+                exported, self._name, self._compile, training,
+                lambda spec: self._aliases.get(spec.target, spec.target) in self._trainable)
         program = build(exported, self._name, self._weight_names, self._trainable,
-                        self._aliases, dim_names=inputs.dim_names, input_names=inputs.names)
+                        self._aliases, dim_names=inputs.dim_names, input_names=inputs.names,
+                        compiled=compiled)
         return program, output_nodes(exported.call_spec.out_spec)
 
     def _select(self, training: bool) -> None:
@@ -129,7 +140,8 @@ class TorchModule(ProgramCell):
 
 def module(torch_module: torch.nn.Module, args: tuple = (),
            kwargs: Mapping[str, Any] | None = None, *, dynamic_shapes: DynamicShapes = None,
-           replace: Sequence = (), strict: bool | None = None) -> TorchModule:
+           replace: Sequence = (), strict: bool | None = None,
+           compile: bool | Mapping[str, Any] = False) -> TorchModule:
     """`torch_module` as a MindSpore Cell running its forward in one kernel launch; see
     TorchModule. `args` and `kwargs` are an example call, as torch.export takes them: tensors
     anywhere in them (tuples, lists, dicts, any pytree node) are the Cell's inputs, the rest
@@ -137,6 +149,9 @@ def module(torch_module: torch.nn.Module, args: tuple = (),
     argument, mirroring the inputs (by the forward's argument names: `{"input_ids": {0:
     Dim("batch"), 1: Dim("seq", max=512)}}`, or one spec per argument in order; a `*xs`
     forward's as one per element). strict: torch.export's argument (True: TorchDynamo traces;
-    False: Python runs the forward); None, the default, tries non-strict, then strict."""
+    False: Python runs the forward); None, the default, tries non-strict, then strict.
+    compile: True runs the forward (and in train mode the backward) as code AOTInductor
+    compiled ahead of time, cached on disk; a dict gives options, {"training": bool,
+    "cache_dir": path}. A graph it cannot compile runs interpreted, with a CompileWarning."""
     return TorchModule(torch_module, args, kwargs, dynamic_shapes=dynamic_shapes,
-                       replace=replace, strict=strict)
+                       replace=replace, strict=strict, compile=compile)

@@ -23,6 +23,7 @@ from ..native import dtypes, library
 from ..ops import constants as consts
 from ..ops.infer import EMIT, ERROR_BYTES, c_shapes
 from . import inplace, symbolic
+from .compiled import Compiled
 
 # The family key of a capture with dynamic shapes (csrc/program/family.h, kAnySignature).
 ANY_SIGNATURE = "*"
@@ -102,6 +103,7 @@ class Program:
     random: bool  # the forward has one more output, the RNG state its VJP replays
     n_nodes: int
     replaced: int = 0  # subgraphs replace= put the user's replacement in place of (rewrite.py)
+    compiled: Compiled | None = None  # compile=True: what AOTInductor's compile did (compiled.py)
 
     @property
     def dynamic(self) -> bool:
@@ -404,7 +406,8 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
           trainable: frozenset[str] = frozenset(),
           aliases: Mapping[str, str] | None = None,
           dim_names: Mapping[tuple[int, int], str] | None = None,
-          input_names: Sequence[str] | None = None) -> Program:
+          input_names: Sequence[str] | None = None,
+          compiled: Compiled | None = None) -> Program:
     """The program for an exported graph. Its inputs: the parameters and buffers named in
     `weights` (in that order; one the graph does not read is simply unused), then the graph's
     user inputs; lifted tensor constants are embedded in the spec. `aliases` maps the other
@@ -523,7 +526,8 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
         reinplaced=tuple(w.buffer for w in writes if w.inplace is not None),
         random=builder.random,
         n_nodes=sum(1 for line in forward if line.startswith("n ")),
-        replaced=exported.graph_module.meta.get(REPLACED, 0))
+        replaced=exported.graph_module.meta.get(REPLACED, 0),
+        compiled=compiled)
     return program
 
 

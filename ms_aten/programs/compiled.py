@@ -1,0 +1,346 @@
+"""compile=True: a captured graph compiled ahead of time by AOTInductor, run as one op.
+
+A program interprets its graph op by op (program.py); a compiled one has a single node,
+`ms_aten::compiled(key, inputs)` (csrc/program/compiled.h), whose kernel runs shared objects
+that torch's own compiler generated for the whole graph, fused loops and all. Everything around
+it stays as for any program: MindSpore's Parameters are its weights, MindSpore's buffers its
+outputs (one copy each), the buffers it updates are written back after it, and its backward is
+the autograd node the op records.
+
+- Inference (a module captured in eval mode): the graph as it is, compiled once
+  (`torch._inductor.aot_compile`).
+- Training (train mode, or `compile={"training": True}`): the joint forward-backward graph traced
+  with make_fx and split by AOTAutograd's min-cut partitioner (what torch.compile does), each
+  half compiled; the forward's saved tensors go to the backward in the op's autograd node.
+- Weights and buffers are inputs of the compiled code, never constants in it: MindSpore trains
+  them and a checkpoint loads them.
+- Compiled libraries are cached on disk under a key of the graph, its inputs' shapes and dtypes,
+  what it differentiates, torch's version, the CPU's vector ISA and the thread count the code is
+  generated for (ms_aten's: its kernels run on ms_aten's launch thread, in ATen's one OpenMP
+  team). A second Cell of the same model compiles nothing.
+- Anything it cannot compile runs interpreted, with a CompileWarning giving the reason: dynamic
+  shapes are among them today.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import operator
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, InputSpec
+
+from ..native import library
+from ..native.threads import get_num_threads
+
+LOG = logging.getLogger("ms_aten")
+# A compile that takes longer than this is logged as a warning (an info line otherwise).
+LONG_COMPILE_S = 30.0
+# The directory compiled libraries are cached in, unless compile={"cache_dir": ...} says.
+CACHE_ENV = "MS_ATEN_CACHE_DIR"
+# Bumped when the layout of a cached model changes.
+_FORMAT = "1"
+_OPTION_KEYS = frozenset({"training", "cache_dir"})
+
+
+class CompileWarning(UserWarning):
+    """compile=True ran a graph interpreted: AOTInductor could not compile it."""
+
+
+class _NotCompiled(Exception):
+    """Why a graph stays interpreted."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """What compile= asks for: `training` compiles the backward too (None: when the module is in
+    train mode); `cache_dir`: where compiled libraries live (None: $MS_ATEN_CACHE_DIR, else
+    ~/.cache/ms_aten/compiled)."""
+
+    training: bool | None = None
+    cache_dir: str | None = None
+
+    @staticmethod
+    def of(value: bool | Mapping[str, Any] | None) -> CompileOptions | None:
+        """compile='s value: False / None compile nothing, True the defaults, a dict options."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return CompileOptions()
+        if not isinstance(value, Mapping):
+            raise TypeError(f"compile= takes True, False or a dict of options, got {value!r}")
+        unknown = set(value) - _OPTION_KEYS
+        if unknown:
+            raise TypeError(f"compile= got unknown options {sorted(unknown)}; it takes "
+                            f"{sorted(_OPTION_KEYS)}")
+        training = value.get("training")
+        if training is not None and not isinstance(training, bool):
+            raise TypeError(f"compile={{'training': ...}} takes a bool, got {training!r}")
+        cache_dir = value.get("cache_dir")
+        return CompileOptions(training, None if cache_dir is None else os.fspath(cache_dir))
+
+    def directory(self) -> Path:
+        if self.cache_dir is not None:
+            return Path(self.cache_dir)
+        return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "ms_aten" / "compiled")
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What compiling one capture did: its cache key and directory, whether it was compiled now
+    (else loaded from the cache) and how long that took."""
+
+    key: str
+    path: Path
+    training: bool
+    cached: bool
+    seconds: float
+
+
+def compile_exported(exported: ExportedProgram, name: str, options: CompileOptions,
+                     training: bool, differentiable: Callable[[InputSpec], bool]
+                     ) -> Compiled | None:
+    """Compiles `exported` (or loads it from the cache) and rewrites its graph in place into one
+    ms_aten.compiled node; `differentiable`: whether the backward differentiates an input (a
+    trainable weight; floating user inputs always are). Returns None, the graph untouched and a
+    CompileWarning given, when AOTInductor cannot compile it."""
+    try:
+        graph = _Graph(exported, differentiable)
+        compiled = _load_or_compile(graph, name, options, training)
+    except Exception as error:  # noqa: BLE001  (Inductor raises many kinds; the reason is kept)
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        warnings.warn(f"ms_aten: {name}: compile=True runs it interpreted: "
+                      f"{type(error).__name__ if not isinstance(error, _NotCompiled) else ''}"
+                      f"{': ' if not isinstance(error, _NotCompiled) else ''}{reason}",
+                      CompileWarning, stacklevel=4)
+        return None
+    graph.replace_with(compiled.key)
+    return compiled
+
+
+class _Graph:
+    """The captured graph as a flat function of its tensor inputs (weights, buffers,
+    constants, user inputs, as torch.export lists them) returning its flat outputs."""
+
+    def __init__(self, exported: ExportedProgram, differentiable: Callable[[InputSpec], bool]
+                 ) -> None:
+        self.exported = exported
+        gm = exported.graph_module
+        self.placeholders: list[torch.fx.Node] = []
+        self.differentiates: list[bool] = []
+        specs = exported.graph_signature.input_specs
+        for node, spec in zip([n for n in gm.graph.nodes if n.op == "placeholder"], specs,
+                              strict=True):
+            value = node.meta.get("val")
+            if not isinstance(value, torch.Tensor):
+                continue  # a constant of the capture (use_cache=False): the graph ignores it
+            if any(not isinstance(n, int) for n in value.shape):
+                raise _NotCompiled("dynamic shapes are not compiled yet (AOTInductor needs "
+                                   "the graph exported with the weights as inputs); capture "
+                                   "without dynamic_shapes to compile one program per shape")
+            floating = value.is_floating_point()
+            self.differentiates.append(floating and (
+                spec.kind == InputKind.USER_INPUT or (
+                    spec.kind == InputKind.PARAMETER and differentiable(spec))))
+            self.placeholders.append(node)
+        self.output = gm.graph.output_node()
+        self.outputs = list(self.output.args[0])
+        if not all(isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)
+                   for v in self.outputs):
+            raise _NotCompiled("the graph returns values other than tensors")
+        self.random = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                          and torch.Tag.nondeterministic_seeded in n.target.tags
+                          for n in gm.graph.nodes)
+
+    def module(self) -> torch.fx.GraphModule:
+        """A copy of the graph taking only its tensor inputs."""
+        gm = self.exported.graph_module
+        graph = torch.fx.Graph()
+        values: dict[torch.fx.Node, torch.fx.Node] = {}
+        output = graph.graph_copy(gm.graph, values)
+        graph.output(output)
+        keep = {values[p] for p in self.placeholders}
+        for node in [n for n in graph.nodes if n.op == "placeholder" and n not in keep]:
+            graph.erase_node(node)
+        return torch.fx.GraphModule(gm, graph)
+
+    def examples(self) -> list[torch.Tensor]:
+        """Zero tensors shaped as the inputs, contiguous as MindSpore's buffers are (calloc'd
+        memory: nothing is touched)."""
+        return [_zeros(p.meta["val"]) for p in self.placeholders]
+
+    def key(self, training: bool, threads: int) -> str:
+        inputs = [(tuple(p.meta["val"].shape), str(p.meta["val"].dtype), d)
+                  for p, d in zip(self.placeholders, self.differentiates, strict=True)]
+        text = json.dumps([_FORMAT, torch.__version__, _vector_isa(), threads, training,
+                           inputs, self.module().print_readable(print_output=False)])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def replace_with(self, key: str) -> None:
+        """The graph becomes one ms_aten.compiled call over its tensor inputs."""
+        graph = self.exported.graph_module.graph
+        op = torch.ops.ms_aten.compiled.random if self.random else \
+            torch.ops.ms_aten.compiled.default
+        with graph.inserting_before(self.output):
+            call = graph.call_function(op, (key, list(self.placeholders)))
+            call.meta["val"] = [v.meta["val"] for v in self.outputs]
+            results = []
+            for k, value in enumerate(self.outputs):
+                item = graph.call_function(operator.getitem, (call, k))
+                item.meta["val"] = value.meta["val"]
+                results.append(item)
+        self.output.args = (tuple(results),)
+        graph.eliminate_dead_code()
+        self.exported.graph_module.recompile()
+
+
+def _zeros(value: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(tuple(value.shape), dtype=value.dtype)
+
+
+def _vector_isa() -> str:
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    return str(pick_vec_isa())
+
+
+def _threads() -> int:
+    """The OpenMP team size ms_aten's kernels run with (csrc/launch_thread.h)."""
+    return get_num_threads() or torch.get_num_threads()
+
+
+def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
+                     training: bool) -> Compiled:
+    threads = _threads()
+    key = graph.key(training, threads)
+    directory = options.directory() / key
+    spec_file = directory / "model.txt"
+    start = time.perf_counter()
+    cached = spec_file.exists()
+    if not cached:
+        # Built beside the cache entry and renamed into place: a cache entry is whole or absent.
+        staging = directory.with_name(f"{key}.{os.getpid()}.tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        lines = [f"name {quote(name, safe='')}"]
+        with torch._inductor.config.patch({"cpp.threads": threads}):
+            lines += (_compile_training(graph, staging) if training
+                      else _compile_inference(graph, staging))
+        (staging / "model.txt").write_text("\n".join(lines))
+        try:
+            staging.rename(directory)
+        except OSError:  # another process cached it first
+            shutil.rmtree(staging, ignore_errors=True)
+    seconds = time.perf_counter() - start
+    _register(key, spec_file.read_text(), directory)
+    if not cached:
+        level = logging.WARNING if seconds > LONG_COMPILE_S else logging.INFO
+        LOG.log(level, "ms_aten: compiled %s (%s) in %.1f s, cached in %s", name,
+                "forward and backward" if training else "inference", seconds, directory)
+    return Compiled(key, directory, training, cached, seconds)
+
+
+def _aot_compile(gm: torch.fx.GraphModule, examples: list[torch.Tensor], path: Path) -> str:
+    torch._inductor.aot_compile(gm, tuple(examples),
+                                options={"aot_inductor.output_path": str(path)})
+    return path.name
+
+
+def _compile_inference(graph: _Graph, directory: Path) -> list[str]:
+    with torch.no_grad():
+        so = _aot_compile(graph.module(), graph.examples(), directory / "inference.so")
+    return [f"inference {so}"]
+
+
+def _compile_training(graph: _Graph, directory: Path) -> list[str]:
+    """The joint graph of the outputs and the gradients of the differentiated inputs, split into
+    a forward and a backward by the min-cut partitioner, each compiled."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = graph.module()
+    differentiates = graph.differentiates
+    with FakeTensorMode() as mode, torch.enable_grad():
+        fakes = [mode.from_tensor(x).requires_grad_(d)
+                 for x, d in zip(graph.examples(), differentiates, strict=True)]
+        has_grad = [bool(out.requires_grad) for out in gm(*fakes)]
+    n_outputs = len(has_grad)
+    if not any(has_grad):
+        raise _NotCompiled("no output depends on a differentiated input")
+
+    def joint(primals: list[torch.Tensor], tangents: list[torch.Tensor]) -> tuple:
+        outputs = gm(*primals)
+        wrt = [p for p, d in zip(primals, differentiates, strict=True) if d]
+        grads = iter(torch.autograd.grad([o for o, g in zip(outputs, has_grad, strict=True) if g],
+                                         wrt, tangents, allow_unused=True))
+        return (*outputs, *[next(grads) if d else None for d in differentiates])
+
+    primals = [x.requires_grad_(d) for x, d in zip(graph.examples(), differentiates, strict=True)]
+    outputs_meta = [v.meta["val"] for v in graph.outputs]
+    tangents = [_zeros(v) for v, g in zip(outputs_meta, has_grad, strict=True) if g]
+    with torch.enable_grad():
+        joint_gm = make_fx(joint, tracing_mode="fake")(primals, tangents)
+    forward, backward = min_cut_rematerialization_partition(
+        joint_gm, [*primals, *tangents], num_fwd_outputs=n_outputs)
+    forward_names = [n.name for n in forward.graph.output_node().args[0]]
+    saved = {name: j for j, name in enumerate(forward_names[n_outputs:])}
+    backward_inputs = []
+    backward_examples = []
+    for node in backward.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        value = node.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            raise _NotCompiled(f"the backward takes {node.name}, which is not a tensor")
+        if node.name.startswith("tangents_"):
+            backward_inputs.append(f"t{int(node.name.removeprefix('tangents_')) - 1}")
+            backward_examples.append(_zeros(value))
+        else:
+            backward_inputs.append(f"s{saved[node.name]}")
+            backward_examples.append(torch.zeros_like(torch.empty_strided(
+                tuple(value.shape), tuple(value.stride()), dtype=value.dtype)))
+    # The backward returns a gradient per input, None for those it does not differentiate; the
+    # compiled one returns the others.
+    output = backward.graph.output_node()
+    gradients = [i for i, g in enumerate(output.args[0]) if g is not None]
+    output.args = (tuple(g for g in output.args[0] if g is not None),)
+    backward.recompile()
+    with torch.no_grad():
+        forward_so = _aot_compile(forward, [p.detach() for p in primals],
+                                  directory / "forward.so")
+        backward_so = _aot_compile(backward, backward_examples, directory / "backward.so")
+    return [f"forward {forward_so} {n_outputs}", f"backward {backward_so}",
+            f"differentiates {','.join(str(i) for i, d in enumerate(differentiates) if d)}",
+            f"tangents {','.join(str(k) for k, g in enumerate(has_grad) if g)}",
+            f"backward_inputs {','.join(backward_inputs)}",
+            f"gradients {','.join(map(str, gradients))}"]
+
+
+def _register(key: str, spec: str, directory: Path) -> None:
+    """Hands a model to the library, its libraries' names made paths in `directory`."""
+    lines = []
+    for line in spec.splitlines():
+        kind, *rest = line.split(" ")
+        if kind in ("inference", "forward", "backward"):
+            rest[0] = quote(str(directory / rest[0]), safe="/")
+        lines.append(" ".join([kind, *rest]))
+    lib = library.load()
+    lib.ms_aten_compiled_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                              ctypes.c_size_t]
+    error = ctypes.create_string_buffer(4096)
+    if lib.ms_aten_compiled_register(key.encode(), "\n".join(lines).encode(), error,
+                                     len(error)):
+        raise RuntimeError(error.value.decode())

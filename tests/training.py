@@ -20,11 +20,12 @@ STEPS = 30
 
 
 def train_ms(case: models.Case, mode: str, make: Callable[[list[Parameter]], nn.Optimizer],
-             steps: int = STEPS) -> tuple[list[float], ms_aten.TorchModule, nn.Optimizer]:
-    """`steps` training steps of the ms_aten model with the optimizer `make` builds; the losses,
-    the cell and the optimizer."""
+             steps: int = STEPS, compile: bool | dict = False
+             ) -> tuple[list[float], ms_aten.TorchModule, nn.Optimizer]:
+    """`steps` training steps of the ms_aten model (ms_aten.module's `compile=`) with the
+    optimizer `make` builds; the losses, the cell and the optimizer."""
     set_mode(mode)
-    cell = ms_aten.module(copy.deepcopy(case.module), case.inputs)
+    cell = ms_aten.module(copy.deepcopy(case.module), case.inputs, compile=compile)
     optimizer = make(cell.trainable_params())
     grad_fn = ms.value_and_grad(LossCell(cell, case.loss), None, optimizer.parameters)
 

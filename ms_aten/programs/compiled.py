@@ -110,14 +110,17 @@ class Compiled:
 
 
 def compile_exported(exported: ExportedProgram, name: str, options: CompileOptions,
-                     training: bool, differentiable: Callable[[InputSpec], bool]
+                     training: bool | None, differentiable: Callable[[InputSpec], bool]
                      ) -> Compiled | None:
     """Compiles `exported` (or loads it from the cache) and rewrites its graph in place into one
-    ms_aten.compiled node; `differentiable`: whether the backward differentiates an input (a
-    trainable weight; floating user inputs always are). Returns None, the graph untouched and a
-    CompileWarning given, when AOTInductor cannot compile it."""
+    ms_aten.compiled node; `training`: with its backward (None: when some input is
+    differentiable); `differentiable`: whether the backward differentiates a weight (floating
+    user inputs always are). Returns None, the graph untouched and a CompileWarning given, when
+    AOTInductor cannot compile it."""
     try:
         graph = _Graph(exported, differentiable)
+        if training is None:
+            training = any(graph.differentiates)
         compiled = _load_or_compile(graph, name, options, training)
     except Exception as error:  # noqa: BLE001  (Inductor raises many kinds; the reason is kept)
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
@@ -156,7 +159,7 @@ class _Graph:
                     spec.kind == InputKind.PARAMETER and differentiable(spec))))
             self.placeholders.append(node)
         self.output = gm.graph.output_node()
-        self.outputs = list(self.output.args[0])
+        self.outputs = _output_values(gm.graph)
         if not all(isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)
                    for v in self.outputs):
             raise _NotCompiled("the graph returns values other than tensors")
@@ -202,8 +205,19 @@ class _Graph:
                 item.meta["val"] = value.meta["val"]
                 results.append(item)
         self.output.args = (tuple(results),)
-        graph.eliminate_dead_code()
+        # Every other node goes: eliminate_dead_code would keep the random ones (impure).
+        kept = {call, *results}
+        for node in reversed(list(graph.nodes)):
+            if node.op in ("call_function", "get_attr") and node not in kept:
+                graph.erase_node(node)
         self.exported.graph_module.recompile()
+
+
+def _output_values(graph: torch.fx.Graph) -> list[Any]:
+    """What a graph returns, flat."""
+    values = graph.output_node().args[0]
+    assert isinstance(values, (tuple, list))
+    return list(values)
 
 
 def _zeros(value: torch.Tensor) -> torch.Tensor:
@@ -295,7 +309,7 @@ def _compile_training(graph: _Graph, directory: Path) -> list[str]:
         joint_gm = make_fx(joint, tracing_mode="fake")(primals, tangents)
     forward, backward = min_cut_rematerialization_partition(
         joint_gm, [*primals, *tangents], num_fwd_outputs=n_outputs)
-    forward_names = [n.name for n in forward.graph.output_node().args[0]]
+    forward_names = [n.name for n in _output_values(forward.graph)]
     saved = {name: j for j, name in enumerate(forward_names[n_outputs:])}
     backward_inputs = []
     backward_examples = []
@@ -314,9 +328,9 @@ def _compile_training(graph: _Graph, directory: Path) -> list[str]:
                 tuple(value.shape), tuple(value.stride()), dtype=value.dtype)))
     # The backward returns a gradient per input, None for those it does not differentiate; the
     # compiled one returns the others.
-    output = backward.graph.output_node()
-    gradients = [i for i, g in enumerate(output.args[0]) if g is not None]
-    output.args = (tuple(g for g in output.args[0] if g is not None),)
+    grads = _output_values(backward.graph)
+    gradients = [i for i, g in enumerate(grads) if g is not None]
+    backward.graph.output_node().args = (tuple(g for g in grads if g is not None),)
     backward.recompile()
     with torch.no_grad():
         forward_so = _aot_compile(forward, [p.detach() for p in primals],

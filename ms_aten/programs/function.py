@@ -4,8 +4,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from torch.export import ExportedProgram
+
 from .capture import DynamicShapes, FunctionModule, example_like, export
 from .cell import ProgramCell
+from .compiled import CompileOptions, compile_exported
 from .primitive import AtenFunction
 from .program import Program, Signature, build
 from .structure import Inputs, Node, flat_nodes, output_nodes
@@ -34,7 +37,8 @@ class TorchFunction(ProgramCell):
 
 def function(fn: Callable, args: tuple = (), kwargs: Mapping[str, Any] | None = None, *,
              dynamic_shapes: DynamicShapes = None, replace: Sequence = (),
-             strict: bool | None = None) -> TorchFunction:
+             strict: bool | None = None,
+             compile: bool | Mapping[str, Any] = False) -> TorchFunction:
     """`fn` (a callable over torch tensors: torch ops, torch.nn.functional, torch.library ops)
     as a MindSpore Cell that runs it in one kernel launch, captured with torch.export on the
     example call `fn(*args, **kwargs)`: tensors anywhere in args and kwargs are the Cell's
@@ -49,6 +53,11 @@ def function(fn: Callable, args: tuple = (), kwargs: Mapping[str, Any] | None = 
 
     strict: torch.export's argument (True: TorchDynamo traces; False: Python runs `fn`); None,
     the default, tries non-strict, then strict.
+
+    compile: True runs `fn` as code AOTInductor compiled ahead of time, cached on disk, with its
+    backward compiled too when it takes a floating input; a dict gives options ({"training":
+    bool, "cache_dir": path}). What it cannot compile runs interpreted, with a CompileWarning
+    (ms_aten.module's compile=).
     """
     name = getattr(fn, "__name__", type(fn).__name__)
     inputs = Inputs.of(fn, args, kwargs, f"ms_aten.function({name})",
@@ -58,12 +67,22 @@ def function(fn: Callable, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     exported, strict = export(module, inputs.as_positional(inputs.args, inputs.kwargs), name,
                               inputs.torch_dynamic_shapes("args"), replace, strict=strict)
 
+    options = CompileOptions.of(compile)
+
+    def built(exported: ExportedProgram, **names: Any) -> Program:
+        compiled = None
+        if options is not None:
+            # By default the backward too, when some input is floating (differentiable).
+            compiled = compile_exported(exported, name, options, options.training,
+                                        lambda spec: False)
+        return build(exported, name, compiled=compiled, **names)
+
     def capture(signature: Signature) -> Program:
         example = inputs.as_positional(*inputs.example(list(example_like(signature))))
         # The strictness that captured the first time captures every later time.
-        return build(export(module, example, name, replace=replace, strict=strict)[0], name,
+        return built(export(module, example, name, replace=replace, strict=strict)[0],
                      input_names=inputs.names)
 
-    program = build(exported, name, dim_names=inputs.dim_names, input_names=inputs.names)
+    program = built(exported, dim_names=inputs.dim_names, input_names=inputs.names)
     return TorchFunction(AtenFunction(program, capture), inputs,
                          output_nodes(exported.call_spec.out_spec))

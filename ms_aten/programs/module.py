@@ -104,7 +104,7 @@ class TorchModule(ProgramCell):
             training = training if self._compile.training is None else self._compile.training
             compiled = compile_exported(
                 exported, self._name, self._compile, training,
-                lambda spec: self._aliases.get(spec.target, spec.target) in self._trainable)
+                lambda spec: self._aliases.get(spec.target or "", spec.target) in self._trainable)
         program = build(exported, self._name, self._weight_names, self._trainable,
                         self._aliases, dim_names=inputs.dim_names, input_names=inputs.names,
                         compiled=compiled)

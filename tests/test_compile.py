@@ -1,0 +1,196 @@
+"""compile=True (ms_aten/programs/compiled.py): whole models run as code AOTInductor compiled,
+against torch eager and autograd in both modes: the forward, every gradient and 10 Adam steps of
+GPT-2, BERT and a CNN with BatchNorm (its running statistics too); the on-disk cache; a changed
+input signature; the fallback to the interpreter; errors.
+
+Compiling costs 5-30 s per library on 2 cores: every test shares one cache directory, so each
+model compiles once for the session (both modes run the same libraries)."""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import mindspore as ms
+import models
+import numpy as np
+import pytest
+import torch
+from loss_cell import LossCell
+from test_optim import assert_follows_torch
+from training import train_ms, train_torch
+
+import ms_aten
+from ms_aten.programs.compiled import CompileWarning
+
+from common import set_mode, to_ms
+
+pytestmark = pytest.mark.slow
+
+CASES = {
+    "gpt2": lambda: models.gpt2(layers=1, dropout=0.0),
+    "bert": lambda: models.bert(layers=1, dropout=0.0),
+    "cnn": lambda: models.cnn(train=True),
+}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("compiled"))
+
+
+class SumOf(ms.nn.Cell):
+    """sum(net(*inputs)): a scalar to differentiate, in either mode."""
+
+    def __init__(self, net) -> None:
+        super().__init__()
+        self.net = net
+
+    def construct(self, *inputs):
+        return self.net(*inputs).sum()
+
+
+def make_case(name: str, train: bool) -> models.Case:
+    torch.manual_seed(0)
+    case = CASES[name]()
+    case.module.train(train)
+    return case
+
+
+def compiled_cell(case: models.Case, cache_dir: str, **options) -> ms_aten.TorchModule:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)  # a fallback here is a failure
+        cell = ms_aten.module(copy.deepcopy(case.module), case.inputs,
+                              compile={"cache_dir": cache_dir, **options})
+    assert cell.program.compiled is not None and cell.program.n_nodes == 1
+    return cell
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_forward_matches_torch(name, mode, cache_dir):
+    case = make_case(name, train=False)
+    set_mode(mode)
+    cell = compiled_cell(case, cache_dir)
+    assert not cell.program.compiled.training  # eval mode: the inference library alone
+    want = models.logits(case.module(*case.inputs)).detach().numpy()
+    got = models.logits(cell(*to_ms(case.inputs))).asnumpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_gradient_matches_torch(name, mode, cache_dir):
+    """Train mode: the loss's gradient for every weight (and the CNN's image) against torch
+    autograd, and BatchNorm's running statistics after the step against torch's."""
+    case = make_case(name, train=True)
+    reference = copy.deepcopy(case.module)
+    inputs = [t.clone().requires_grad_(t.is_floating_point()) for t in case.inputs]
+    loss = models.torch_loss(case.loss, models.logits(reference(*inputs)), case.target)
+    loss.backward()
+
+    set_mode(mode)
+    cell = compiled_cell(case, cache_dir)
+    assert cell.program.compiled.training
+    params = cell.trainable_params()
+    floating = case.inputs[0].is_floating_point()
+    grad_fn = ms.value_and_grad(LossCell(cell, case.loss), 0 if floating else None, params)
+    got_loss, grads = grad_fn(*to_ms((*case.inputs, case.target)))
+    np.testing.assert_allclose(float(got_loss), loss.item(), rtol=1e-5)
+    if floating:
+        input_grad, grads = grads
+        np.testing.assert_allclose(input_grad.asnumpy(), inputs[0].grad.numpy(), rtol=1e-4,
+                                   atol=1e-6)
+    want = dict(reference.named_parameters())
+    assert len(grads) == len(want)
+    # Gradients that are zero in exact arithmetic (attention's key bias) are rounding noise on
+    # both sides: absolute error is measured against the largest gradient.
+    scale = max(p.grad.abs().max().item() for p in want.values())
+    for p, g in zip(params, grads, strict=True):
+        expected = want[p.name.removeprefix("net.")].grad.numpy()
+        np.testing.assert_allclose(g.asnumpy(), expected, rtol=1e-4, atol=1e-6 * scale,
+                                   err_msg=p.name)
+    for name_, buffer in reference.named_buffers():
+        weight = dict(zip(cell._weight_names, cell.weights, strict=True))[name_]
+        np.testing.assert_allclose(weight.asnumpy(), buffer.numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=name_)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_ten_adam_steps_follow_torch(name, mode, cache_dir):
+    case = make_case(name, train=True)
+    steps = 10
+    ms_losses, cell, _ = train_ms(case, mode, lambda p: ms_aten.optim.Adam(p, lr=1e-2), steps,
+                                  compile={"cache_dir": cache_dir})
+    assert cell.program.compiled is not None
+    torch_losses, module, _ = train_torch(case, lambda p: torch.optim.Adam(p, lr=1e-2), steps)
+    assert_follows_torch(case, ms_losses, cell, torch_losses, module, rtol=2e-4)
+
+
+def test_the_cache_serves_a_second_cell_and_a_new_signature_compiles(cache_dir):
+    set_mode("pynative")
+    case = make_case("gpt2", train=False)
+    first = compiled_cell(case, cache_dir)
+    second = compiled_cell(case, cache_dir)
+    assert second.program.compiled.cached and second.program.compiled.seconds < 1.0
+    assert second.program.compiled.key == first.program.compiled.key
+    # Another batch size: a capture of its own, compiled under its own key, as correct.
+    tokens = torch.randint(0, 100, (3, 8))
+    out = first(to_ms(tokens))["logits"].asnumpy()
+    np.testing.assert_allclose(out, case.module(tokens).logits.detach().numpy(), rtol=1e-4,
+                               atol=1e-5)
+    keys = {p.compiled.key for p in first._function.programs.values()}
+    assert len(keys) == 2
+    # A changed model (one more layer) is another key, never the cached library.
+    torch.manual_seed(0)
+    other = models.gpt2(layers=2, dropout=0.0)
+    assert compiled_cell(other, cache_dir).program.compiled.key not in keys
+
+
+def test_dynamic_shapes_fall_back_to_the_interpreter_with_a_warning(mode, cache_dir):
+    case = make_case("cnn", train=False)
+    set_mode(mode)
+    batch = torch.export.Dim("batch", min=1, max=16)
+    with pytest.warns(CompileWarning, match="dynamic shapes are not compiled"):
+        cell = ms_aten.module(copy.deepcopy(case.module), case.inputs,
+                              dynamic_shapes=({0: batch},), compile={"cache_dir": cache_dir})
+    assert cell.program.compiled is None and cell.program.n_nodes > 1
+    x = torch.randn(6, 3, 8, 8)
+    np.testing.assert_allclose(cell(to_ms(x)).asnumpy(), case.module(x).detach().numpy(),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_an_inference_compile_refuses_a_gradient_by_name_and_goes_on(mode, cache_dir):
+    case = make_case("cnn", train=False)
+    set_mode(mode)
+    cell = compiled_cell(case, cache_dir)
+    x = to_ms(case.inputs[0])
+    with pytest.raises(RuntimeError, match="compiled for inference only"):
+        ms.grad(SumOf(cell))(x)
+    want = case.module(case.inputs[0]).detach().numpy()
+    np.testing.assert_allclose(cell(x).asnumpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_function_compiles_with_its_backward(mode, cache_dir):
+    def gelu_mix(x, y):
+        return torch.nn.functional.gelu(x) * torch.tanh(y) + x.sum(-1, keepdim=True)
+
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    set_mode(mode)
+    fn = ms_aten.function(gelu_mix, (x, y), compile={"cache_dir": cache_dir})
+    assert fn.program.compiled is not None and fn.program.compiled.training
+    np.testing.assert_allclose(fn(*to_ms((x, y))).asnumpy(), gelu_mix(x, y).numpy(), rtol=1e-5,
+                               atol=1e-6)
+    grads = ms.grad(SumOf(fn), grad_position=(0, 1))(*to_ms((x, y)))
+    xs = [x.clone().requires_grad_(), y.clone().requires_grad_()]
+    gelu_mix(*xs).sum().backward()
+    for got, want in zip(grads, xs, strict=True):
+        np.testing.assert_allclose(got.asnumpy(), want.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("yes", "compile= takes True, False or a dict"),
+    ({"trainig": True}, r"unknown options \['trainig'\]"),
+    ({"training": "no"}, "takes a bool"),
+])
+def test_bad_options_are_errors_naming_them(value, message):
+    case = make_case("cnn", train=False)
+    with pytest.raises(TypeError, match=message):
+        ms_aten.module(case.module, case.inputs, compile=value)

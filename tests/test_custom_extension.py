@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,6 +16,7 @@ import torch
 
 import ms_aten
 from ms_aten.build import build
+from ms_aten.programs.compiled import CompileWarning
 
 from common import as_tuple, assert_same, load_example, randn, run, set_mode, to_ms, torch_grads
 
@@ -86,6 +88,25 @@ def test_module_calling_my_op_matches_torch(mode, ext):
     model = ext.myops.GatedMLP()
     x, weight = randn(6, 16), randn(6, 4)
     cell = ms_aten.module(model, (x,))
+    assert_same(run(cell, to_ms((x,)), mode), model(x).detach(), rtol=1e-6, atol=1e-6)
+    grads, runs = model_gradients(ext, cell, x, weight, mode)
+    for got, want in zip(grads, torch_weight_grads(model, x, weight), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert runs == 1
+
+
+def test_a_model_calling_my_op_compiles_with_its_kernels_inside(mode, ext, tmp_path_factory):
+    """compile=True: AOTInductor calls the extension's kernels from the compiled code (its CPU
+    kernel forward, its backward kernel in the compiled backward), and the gradients are
+    torch's."""
+    torch.manual_seed(0)
+    model = ext.myops.GatedMLP()
+    x, weight = randn(6, 16), randn(6, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        cell = ms_aten.module(model, (x,), compile={
+            "cache_dir": str(tmp_path_factory.getbasetemp() / "compiled_myops")})
+    assert cell.program.compiled.training and cell.program.n_nodes == 1
     assert_same(run(cell, to_ms((x,)), mode), model(x).detach(), rtol=1e-6, atol=1e-6)
     grads, runs = model_gradients(ext, cell, x, weight, mode)
     for got, want in zip(grads, torch_weight_grads(model, x, weight), strict=True):

@@ -51,7 +51,7 @@ LONG_COMPILE_S = 30.0
 # The directory compiled libraries are cached in, unless compile={"cache_dir": ...} says.
 CACHE_ENV = "MS_ATEN_CACHE_DIR"
 # Bumped when the layout of a cached model changes.
-_FORMAT = "1"
+_FORMAT = "2"
 _OPTION_KEYS = frozenset({"training", "cache_dir"})
 
 
@@ -266,15 +266,24 @@ def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
     return Compiled(key, directory, training, cached, seconds)
 
 
-def _aot_compile(gm: torch.fx.GraphModule, examples: list[torch.Tensor], path: Path) -> str:
+def _aot_compile(gm: torch.fx.GraphModule, examples: list[torch.Tensor], directory: Path,
+                 name: str) -> str:
+    """Compiles gm into directory/name/name.so, the generated C++ beside it; returns the .so's
+    path relative to `directory`."""
+    folder = directory / name
+    folder.mkdir()
     torch._inductor.aot_compile(gm, tuple(examples),
-                                options={"aot_inductor.output_path": str(path)})
-    return path.name
+                                options={"aot_inductor.output_path": str(folder / f"{name}.so")})
+    # The custom ops the code calls through AOTInductor's proxy executor are described in a
+    # JSON file, which the runner looks for beside the .so, under its name.
+    for described in folder.glob("*.wrapper.json"):
+        described.rename(folder / f"{name}.json")
+    return f"{name}/{name}.so"
 
 
 def _compile_inference(graph: _Graph, directory: Path) -> list[str]:
     with torch.no_grad():
-        so = _aot_compile(graph.module(), graph.examples(), directory / "inference.so")
+        so = _aot_compile(graph.module(), graph.examples(), directory, "inference")
     return [f"inference {so}"]
 
 
@@ -333,9 +342,8 @@ def _compile_training(graph: _Graph, directory: Path) -> list[str]:
     backward.graph.output_node().args = (tuple(g for g in grads if g is not None),)
     backward.recompile()
     with torch.no_grad():
-        forward_so = _aot_compile(forward, [p.detach() for p in primals],
-                                  directory / "forward.so")
-        backward_so = _aot_compile(backward, backward_examples, directory / "backward.so")
+        forward_so = _aot_compile(forward, [p.detach() for p in primals], directory, "forward")
+        backward_so = _aot_compile(backward, backward_examples, directory, "backward")
     return [f"forward {forward_so} {n_outputs}", f"backward {backward_so}",
             f"differentiates {','.join(str(i) for i, d in enumerate(differentiates) if d)}",
             f"tangents {','.join(str(k) for k, g in enumerate(has_grad) if g)}",

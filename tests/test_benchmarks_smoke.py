@@ -1,5 +1,6 @@
 """Smoke test of the benchmark harness: each family's driver (`python -m benchmarks.ops.run`,
-`benchmarks.models.run`, `benchmarks.dynamic.run`, `benchmarks.decode.run`) runs with --quick
+`benchmarks.models.run`, `benchmarks.dynamic.run`, `benchmarks.decode.run`,
+`benchmarks.compiled.run`) runs with --quick
 and writes its results.
 
 No timing is asserted: the numbers depend on the machine and its load.
@@ -101,3 +102,24 @@ def test_quick_decode_benchmark_makes_torch_s_tokens_on_every_route(tmp_path: Pa
     assert all(entry["total_s"] > 0 and entry["peak_mib"] >= entry["rss_before_mib"] > 0
                for entry in routes.values())
     assert "| ms_aten GRAPH, step loop |" in (tmp_path / "decode.md").read_text()
+
+
+def test_quick_compiled_benchmark_runs_both_compilers_and_reports_compile_times(
+        tmp_path: Path) -> None:
+    """torch.compile and ms_aten's compile= on tiny GPT-2's forward and training step, each in
+    its own process with cold caches: the ms_aten routes are checked against torch eager (a
+    wrong result fails the run), launch one kernel per forward and three per step, and both
+    sides report a compile time."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.compiled.run", "--quick",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=2 * TIME_LIMIT_S)
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    row = json.loads((tmp_path / "compiled.json").read_text())["models"]["gpt2-tiny"]
+    assert row["forward"]["ms_aten compiled"]["launches"] == 1
+    assert row["training step"]["ms_aten compiled"]["launches"] == 3
+    assert all(entry["nodes"] == 1 for entry in (row["forward"]["ms_aten compiled"],
+                                                 row["training step"]["ms_aten compiled"]))
+    for entries in row.values():
+        for entry in entries.values():
+            assert entry["ms"] > 0 and entry["compile_s"] > 0
+    assert "| gpt2-tiny | forward |" in (tmp_path / "compiled.md").read_text()

@@ -17,11 +17,14 @@ Every call ends with MindSpore's executor sync. Before anything is timed, every 
 against torch eager's results from a process of its own (models/reference.py): the logits, the
 loss and every gradient, and the weights after one step against torch.optim.Adam with
 MindSpore's epsilon placement emulated. Each route reports its ms_aten kernel launches per call.
+With --compile inference or training, the Cell is ms_aten.module(..., compile=...), and the
+capture's wall time and the compile's are reported.
 """
 from __future__ import annotations
 
 import copy
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +92,18 @@ def close(got: np.ndarray, want: np.ndarray, what: str, rtol: float = 1e-4,
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=what)
 
 
+def compile_option(task: Task) -> bool | dict:
+    """ms_aten.module's compile= for --compile: inference compiles the eval-mode module as it
+    is, training its backward too; in a fresh cache unless --cache-dir."""
+    if task.compile == "none":
+        return False
+    if task.compile not in ("inference", "training"):
+        raise SystemExit(f"the ms_aten worker compiles for inference or training, not "
+                         f"{task.compile}")
+    cache_dir = task.cache_dir or tempfile.mkdtemp(prefix="ms_aten_compiled_")
+    return {"training": task.compile == "training", "cache_dir": cache_dir}
+
+
 class Bench:
     """The cell, its data and torch's reference, and the routes over them."""
 
@@ -98,7 +113,9 @@ class Bench:
         # The module itself, not a copy: torch's reference comes from another process, and a
         # deepcopy's parallel copies would give this process's main thread an OpenMP team of
         # its own beside ms_aten's launch thread's (docs/devices.md).
-        self.cell = ms_aten.module(c.module, c.inputs)
+        start = time.perf_counter()
+        self.cell = ms_aten.module(c.module, c.inputs, compile=compile_option(task))
+        self.capture_s = time.perf_counter() - start
         self.kind = c.loss
         self.x, self.target = to_ms(c.inputs[0]), to_ms(c.target)
         self.reference = torch_reference(task.model)
@@ -245,7 +262,12 @@ def main() -> None:
         ms_aten.set_num_threads(task.threads)
     bench = Bench(task)
     calls, launches = checked_routes(bench, task.route)
+    compiled = bench.cell.program.compiled
     result = {"model": task.model, "nodes": bench.cell.program.n_nodes,
+              "compile": task.compile, "capture_s": bench.capture_s,
+              "compiled": None if compiled is None else {
+                  "seconds": compiled.seconds, "cached": compiled.cached,
+                  "training": compiled.training},
               "fingerprint": fingerprint(torch.from_numpy(bench.reference.logits)),
               "meta": {**metadata("ms_aten", ms_aten.get_num_threads()),
                        "mindspore": ms.__version__, "ms_aten": ms_aten.__version__},

@@ -8,12 +8,15 @@ models/memory.py start it; it prints one RESULT line of JSON.
 Routes: the forward under no_grad; the forward and backward (gradients zeroed, kept
 allocated, as the ms_aten route's gradient buffers are); a training step with
 torch.optim.Adam (torch's default implementation on CPU, a loop over parameters) and with
-Adam(fused=True); Adam's update alone, on gradients already there.
+Adam(fused=True); Adam's update alone, on gradients already there. With --compile
+torch.compile, the forward and the steps run the model as torch.compile(model) (TorchInductor,
+torch's defaults), and the first call of each route, which compiles it, is reported apart.
 """
 from __future__ import annotations
 
 import copy
 import sys
+import time
 
 import torch
 
@@ -43,27 +46,30 @@ def routes(task: Task) -> tuple[dict, float]:
     module, x, target = c.module, c.inputs[0], c.target
     with torch.no_grad():
         reference = fingerprint(models.logits(module(x)))
+    compiled = task.compile == "torch.compile"
+    run = torch.compile(module) if compiled else module
 
     def forward() -> None:
         with torch.no_grad():
-            module(x)
+            run(x)
 
     def loss_of(model: torch.nn.Module) -> torch.Tensor:
         return models.torch_loss(c.loss, models.logits(model(x)), target)
 
     def grad() -> float:
         module.zero_grad(set_to_none=False)
-        loss = loss_of(module)
+        loss = loss_of(run)
         loss.backward()
         return loss.item()
 
     def stepper(fused: bool):
         model = copy.deepcopy(module)
         optimizer = torch.optim.Adam(model.parameters(), lr=LR, betas=BETAS, eps=EPS, fused=fused)
+        call = torch.compile(model) if compiled else model
 
         def step() -> float:
             optimizer.zero_grad()
-            loss = loss_of(model)
+            loss = loss_of(call)
             loss.backward()
             optimizer.step()
             return loss.item()
@@ -72,9 +78,23 @@ def routes(task: Task) -> tuple[dict, float]:
     step, _ = stepper(False)
     step_fused, _ = stepper(True)
     adam_step, adam = stepper(False)
-    adam_step()  # gradients in place for the update alone
+
+    def adam_update() -> None:
+        if adam.state_dict()["state"] == {}:
+            adam_step()  # gradients in place for the update alone, at its first call
+        adam.step()
     return {TORCH_FORWARD: forward, TORCH_GRAD: grad, TORCH_STEP: step,
-            TORCH_STEP_FUSED: step_fused, TORCH_ADAM: adam.step}, reference
+            TORCH_STEP_FUSED: step_fused, TORCH_ADAM: adam_update}, reference
+
+
+def first_calls(calls: dict) -> dict[str, float]:
+    """Each route's first call, timed: torch.compile compiles there."""
+    seconds = {}
+    for name, call in calls.items():
+        start = time.perf_counter()
+        call()
+        seconds[name] = time.perf_counter() - start
+    return seconds
 
 
 def main() -> None:
@@ -84,8 +104,9 @@ def main() -> None:
     calls, reference = routes(task)
     if task.route is not None:
         calls = {task.route: calls[task.route]}
-    result = {"model": task.model, "fingerprint": reference,
-              "meta": metadata("torch", torch.get_num_threads())}
+    result = {"model": task.model, "fingerprint": reference, "compile": task.compile,
+              "meta": metadata("torch", torch.get_num_threads()),
+              "first_call_s": first_calls(calls)}
     if task.measure == "memory":
         result["memory"] = {name: peak_memory(call) for name, call in calls.items()}
     else:

@@ -51,6 +51,7 @@ MS_ATEN_ROUTES = {
     "PYNATIVE step nn.Adam": TORCH_STEP,
     "PYNATIVE step ms_aten.optim.Adam": TORCH_STEP,
 }
+COMPILE_CHOICES = ("none", "inference", "training", "torch.compile")
 LR = 1e-4  # the training steps' learning rate
 BETAS = (0.9, 0.999)
 EPS = 1e-8
@@ -65,6 +66,10 @@ class Task:
     route: str | None  # the one route to measure; None: every route, in turns (--quick)
     threads: int  # ATen threads, 0: ATen's default
     timing: TimingConfig
+    # "none" (interpreted / eager), or compiled: ms_aten's compile= for "inference" or
+    # "training"; torch.compile for "torch.compile"
+    compile: str = "none"
+    cache_dir: str | None = None  # ms_aten's compile cache (None: a fresh one)
 
 
 def parse_task(description: str) -> Task:
@@ -77,9 +82,13 @@ def parse_task(description: str) -> Task:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--target-s", type=float, default=0.2)
+    parser.add_argument("--compile", choices=COMPILE_CHOICES, default="none",
+                        help="ms_aten: compile= for inference or training; torch: torch.compile")
+    parser.add_argument("--cache-dir", help="ms_aten's compile cache (default: a fresh one)")
     args = parser.parse_args()
     return Task(args.model, args.measure, args.route, args.threads,
-                TimingConfig(warmup=2, repeats=args.repeats, target_s=args.target_s))
+                TimingConfig(warmup=2, repeats=args.repeats, target_s=args.target_s),
+                args.compile, args.cache_dir)
 
 
 def case(name: str) -> models.Case:

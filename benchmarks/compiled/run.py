@@ -1,0 +1,193 @@
+"""Compiled programs: ms_aten.module(compile=...) beside the interpreted program, torch eager and
+torch.compile, with compile times; each route timed alone in fresh processes.
+
+    .venv/bin/python -m benchmarks.compiled.run      # GPT-2 medium, BERT medium, GPT-2 small
+    .venv/bin/python -m benchmarks.compiled.run --quick --out /tmp/c   # tiny GPT-2 (CI smoke)
+
+Method:
+- The models benchmark's models, workers and checks (benchmarks/models): torch in
+  models/worker_torch.py, a process that never imports MindSpore, as eager and as
+  torch.compile(model) (TorchInductor, torch's defaults); ms_aten in models/worker_ms_aten.py as
+  the interpreted program and compiled (--compile: the eval-mode module for inference, the
+  backward too for the training step). Every ms_aten route is checked against torch eager's
+  results before it is timed (logits; one Adam step's update), and reports its kernel launches
+  per call.
+- Two routes: the forward (torch under no_grad, ms_aten's GRAPH `cell(x)`) and a training step
+  (forward, backward, Adam: torch.optim.Adam, torch's default implementation; ms_aten GRAPH with
+  ms_aten.optim.Adam, a jitted value_and_grad and the update, three launches).
+- Each (route, side, compilation) in --processes fresh processes (default 3), torch's and
+  ms_aten's alternating, the order reversed every other round; the median over processes.
+- Compile times, cold: in the first round every compiled job starts with empty caches of its own
+  (TORCHINDUCTOR_CACHE_DIR for both sides, and ms_aten's compile cache): torch.compile's first
+  call of the route (tracing and compiling; the step's compiles its forward and backward), and
+  ms_aten.module's capture with compile= (torch.export, the joint trace and partition for
+  training, AOTInductor). Later rounds reuse those caches: their first calls are warm.
+- ATen's default threads on both sides (one per core).
+--quick: tiny GPT-2, the compiled jobs alone, one process each: a check that they run, are right
+and launch what they should, not a measurement.
+Writes benchmarks/results/compiled.{md,json} (--out DIR elsewhere; --quick only with --out).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import workers
+from benchmarks.models.workloads import CONFIGS, TORCH_FORWARD, TORCH_STEP
+
+WORKERS = {"torch": "benchmarks.models.worker_torch", "ms_aten": "benchmarks.models.worker_ms_aten"}
+DEFAULT_MODELS = ("gpt2-medium", "bert-medium", "gpt2-small")
+# What is timed: the torch route, and the ms_aten route and compilation compared with it.
+ROUTES = {"forward": (TORCH_FORWARD, "GRAPH forward cell(x)", "inference"),
+          "training step": (TORCH_STEP, "GRAPH step ms_aten.optim.Adam", "training")}
+# The four ways each route runs: (worker side, --compile).
+WAYS = {"torch eager": ("torch", "none"), "torch.compile": ("torch", "torch.compile"),
+        "ms_aten interpreted": ("ms_aten", "none"), "ms_aten compiled": ("ms_aten", "compiled")}
+QUICK_WAYS = ("torch.compile", "ms_aten compiled")
+
+
+def job_arguments(what: str, way: str) -> tuple[str, str, str]:
+    """(side, worker route, --compile) of one job."""
+    torch_route, ms_route, compiled = ROUTES[what]
+    side, compile_kind = WAYS[way]
+    if side == "torch":
+        return side, torch_route, compile_kind
+    return side, ms_route, compiled if compile_kind == "compiled" else "none"
+
+
+def bench_model(model: str, processes: int, ways: tuple[str, ...], extra: list[str],
+                caches: Path) -> dict:
+    jobs = [(WAYS[way][0], what, way) for what in ROUTES for way in ways]
+    runs: dict[tuple[str, str], list[dict]] = {(what, way): [] for _, what, way in jobs}
+    seen: set[tuple[str, str]] = set()
+    for _, what, way in workers.schedule(jobs, processes):
+        side, route, compile_kind = job_arguments(what, way)
+        arguments = ["--model", model, "--route", route, "--compile", compile_kind, *extra]
+        env = None
+        if compile_kind != "none":
+            # One cache folder per job: empty at its first process (a cold compile), warm after.
+            cache = caches / model / f"{what}-{way}".replace(" ", "_")
+            cache.mkdir(parents=True, exist_ok=True)
+            env = {"TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor")}
+            if side == "ms_aten":
+                arguments += ["--cache-dir", str(cache / "ms_aten")]
+        started = time.perf_counter()
+        result = workers.run(WORKERS[side], arguments, env)
+        result["cold"] = (what, way) not in seen
+        seen.add((what, way))
+        runs[(what, way)].append(result)
+        print(f"  {model} {what:13} {way:19} {result['routes'][route]['ms']:9.3f} ms "
+              f"({time.perf_counter() - started:.0f} s)", flush=True)
+    fingerprints = {r["fingerprint"] for results in runs.values() for r in results}
+    if max(fingerprints) - min(fingerprints) > 1e-6 * max(fingerprints):
+        raise RuntimeError(f"{model}: the processes ran different weights or data "
+                           f"(torch's forward fingerprints {sorted(fingerprints)})")
+    row: dict = {}
+    for (what, way), results in runs.items():
+        side, route, _ = job_arguments(what, way)
+        figures = [r["routes"][route]["ms"] for r in results]
+        cold = next(r for r in results if r["cold"])
+        entry = {"ms": statistics.median(figures), "per_process_ms": figures,
+                 "compile_s": compile_seconds(cold, side, route, way)}
+        if side == "ms_aten":
+            entry["launches"] = cold["launches"][route]
+            entry["nodes"] = cold["nodes"]
+        row.setdefault(what, {})[way] = entry
+    return row
+
+
+def compile_seconds(result: dict, side: str, route: str, way: str) -> float | None:
+    """A cold process's compile time: torch.compile's first call, ms_aten's capture."""
+    if way == "torch.compile":
+        return result["first_call_s"][route]
+    if side == "ms_aten" and result["compiled"] is not None:
+        return result["capture_s"]
+    return None
+
+
+def _figure(entry: dict | None, eager_ms: float | None) -> str:
+    """A way's median ms, with its ratio to torch eager's when that is given."""
+    if entry is None:
+        return "–"
+    return f"{entry['ms']:.3g}" + (f" (×{entry['ms'] / eager_ms:.2f})" if eager_ms else "")
+
+
+def report(rows: dict[str, dict]) -> str:
+    lines = ["Median ms per call over the processes; ratios to torch eager, and ms_aten compiled "
+             "to torch.compile. Compile: seconds, cold caches.", "",
+             "| model | route | torch eager | torch.compile | ms_aten interpreted | "
+             "ms_aten compiled | compiled / torch.compile | compile s: torch.compile, ms_aten "
+             "| launches / call (interpreted, compiled) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for model, row in rows.items():
+        for what, entries in row.items():
+            eager = entries.get("torch eager", {}).get("ms")
+            cells = {way: _figure(entries.get(way), None if way == "torch eager" else eager)
+                     for way in WAYS}
+            compiled, tc = entries.get("ms_aten compiled"), entries.get("torch.compile")
+            versus = f"×{compiled['ms'] / tc['ms']:.2f}" if compiled and tc else "–"
+            compile_s = ", ".join(f"{e['compile_s']:.1f}" if e and e["compile_s"] else "–"
+                                  for e in (tc, compiled))
+            launches = ", ".join(str(entries[w]["launches"]) if w in entries else "–"
+                                 for w in ("ms_aten interpreted", "ms_aten compiled"))
+            lines.append(f"| {model} | {what} | {' | '.join(cells.values())} | {versus} | "
+                         f"{compile_s} | {launches} |")
+    lines += ["", "Per process (ms):", "", "| model | route | way | per process |",
+              "|---|---|---|---|"]
+    for model, row in rows.items():
+        for what, entries in row.items():
+            for way, entry in entries.items():
+                lines.append(f"| {model} | {what} | {way} | "
+                             f"{', '.join(f'{x:.3g}' for x in entry['per_process_ms'])} |")
+    return "\n".join(lines)
+
+
+def write_markdown(results: Path) -> Path:
+    data = json.loads(results.read_text())
+    meta = data["meta"]
+    return workers.write_report(
+        results, "Compiled programs: ms_aten compile= against torch eager and torch.compile",
+        f"- {meta['processes_per_route']} processes per route\n", __doc__,
+        report(data["models"]))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny GPT-2, the compiled jobs in one process each (a smoke run)")
+    parser.add_argument("--models", nargs="*", choices=list(CONFIGS))
+    parser.add_argument("--processes", type=int, default=3, help="fresh processes per route")
+    parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
+    parser.add_argument("--out", type=Path, help="folder for compiled.{md,json}")
+    parser.add_argument("--from-json", type=Path, help="only rewrite the .md of a results JSON")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        print(f"wrote {write_markdown(args.from_json)}")
+        return json.loads(args.from_json.read_text())["models"]
+    if args.quick and args.out is None:
+        raise SystemExit("--quick writes only with --out (its figures are no measurement)")
+    names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))
+    repeats, target_s = (2, 0.02) if args.quick else (5, 0.2)
+    extra = ["--repeats", str(repeats), "--target-s", str(target_s)]
+    ways = QUICK_WAYS if args.quick else tuple(WAYS)
+    processes = 1 if args.quick else args.processes
+    started, load_start = time.time(), os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="ms_aten_bench_caches_") as caches:
+        rows = {name: bench_model(name, processes, ways, extra, Path(caches)) for name in names}
+    out = args.out or workers.RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "compiled.json"
+    meta = {**workers.machine_meta(started, load_start), "note": args.note,
+            "processes_per_route": processes, "quick": args.quick}
+    results.write_text(json.dumps({"meta": meta, "models": rows}, indent=1))
+    print(f"wrote {results} and {write_markdown(results)}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,7 @@
 """compile=True (ms_aten/programs/compiled.py): whole models run as code AOTInductor compiled,
 against torch eager and autograd in both modes: the forward, every gradient and 10 Adam steps of
 GPT-2, BERT and a CNN with BatchNorm (its running statistics too); the on-disk cache; a changed
-input signature; the fallback to the interpreter; errors.
+input signature; dynamic shapes; the fallback to the interpreter; errors.
 
 Compiling costs 5-30 s per library on 2 cores: every test shares one cache directory, so each
 model compiles once for the session (both modes run the same libraries)."""
@@ -56,10 +56,12 @@ def make_case(name: str, train: bool) -> models.Case:
     return case
 
 
-def compiled_cell(case: models.Case, cache_dir: str, **options) -> ms_aten.TorchModule:
+def compiled_cell(case: models.Case, cache_dir: str, dynamic_shapes=None,
+                  **options) -> ms_aten.TorchModule:
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompileWarning)  # a fallback here is a failure
         cell = ms_aten.module(copy.deepcopy(case.module), case.inputs,
+                              dynamic_shapes=dynamic_shapes,
                               compile={"cache_dir": cache_dir, **options})
     assert cell.program.compiled is not None and cell.program.n_nodes == 1
     return cell
@@ -144,16 +146,34 @@ def test_the_cache_serves_a_second_cell_and_a_new_signature_compiles(cache_dir):
     assert compiled_cell(other, cache_dir).program.compiled.key not in keys
 
 
-def test_dynamic_shapes_fall_back_to_the_interpreter_with_a_warning(mode, cache_dir):
+def test_dynamic_shapes_compile_for_inference(mode, cache_dir):
+    """One inference library for every batch size the Dim allows; the range is still checked
+    before anything runs."""
     case = make_case("cnn", train=False)
     set_mode(mode)
     batch = torch.export.Dim("batch", min=1, max=16)
-    with pytest.warns(CompileWarning, match="dynamic shapes are not compiled"):
+    cell = compiled_cell(case, cache_dir, dynamic_shapes=({0: batch},))
+    assert cell.program.dynamic
+    for n in (1, 6, 16):
+        x = torch.randn(n, 3, 8, 8)
+        np.testing.assert_allclose(cell(to_ms(x)).asnumpy(), case.module(x).detach().numpy(),
+                                   rtol=1e-4, atol=1e-5)
+    with pytest.raises((ValueError, RuntimeError), match="outside its range"):
+        cell(to_ms(torch.randn(17, 3, 8, 8)))
+
+
+def test_what_cannot_compile_runs_interpreted_with_a_warning(mode, cache_dir):
+    """Dynamic shapes in train mode: no compiled backward takes symbolic sizes yet."""
+    case = make_case("cnn", train=True)
+    set_mode(mode)
+    batch = torch.export.Dim("batch", min=2, max=16)
+    with pytest.warns(CompileWarning, match="dynamic shapes are compiled for inference only"):
         cell = ms_aten.module(copy.deepcopy(case.module), case.inputs,
                               dynamic_shapes=({0: batch},), compile={"cache_dir": cache_dir})
     assert cell.program.compiled is None and cell.program.n_nodes > 1
     x = torch.randn(6, 3, 8, 8)
-    np.testing.assert_allclose(cell(to_ms(x)).asnumpy(), case.module(x).detach().numpy(),
+    reference = copy.deepcopy(case.module)
+    np.testing.assert_allclose(cell(to_ms(x)).asnumpy(), reference(x).detach().numpy(),
                                rtol=1e-4, atol=1e-5)
 
 
@@ -183,6 +203,17 @@ def test_a_function_compiles_with_its_backward(mode, cache_dir):
     gelu_mix(*xs).sum().backward()
     for got, want in zip(grads, xs, strict=True):
         np.testing.assert_allclose(got.asnumpy(), want.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_second_order_gradient_is_refused_by_name(cache_dir):
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    set_mode("pynative")
+    fn = ms_aten.function(lambda a, b: torch.tanh(a) * b, (x, y),
+                          compile={"cache_dir": cache_dir})
+    first = ms.grad(SumOf(fn), grad_position=0)
+    with pytest.raises(RuntimeError, match="second-order gradient through a compiled program"):
+        ms.grad(lambda a, b: first(a, b).sum(), grad_position=0)(*to_ms((x, y)))
+    assert ms.grad(SumOf(fn), grad_position=0)(*to_ms((x, y))).shape == (4, 6)
 
 
 @pytest.mark.parametrize("value, message", [

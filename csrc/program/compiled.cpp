@@ -158,6 +158,13 @@ struct CompiledFunction : torch::autograd::Function<CompiledFunction> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto model = model_of(ctx->saved_data["key"].toStringRef());
+    // The compiled backward records nothing: differentiating it would give zeros, silently.
+    if (at::GradMode::is_enabled()) {
+      throw std::invalid_argument(model->name +
+                                  ": a second-order gradient through a compiled program is not "
+                                  "supported (its backward is compiled code); capture it without "
+                                  "compile= for that");
+    }
     const variable_list saved = ctx->get_saved_variables();
     const auto shapes = ctx->saved_data["shapes"].toList();
     const auto dtypes = ctx->saved_data["dtypes"].toIntVector();
@@ -178,8 +185,7 @@ struct CompiledFunction : torch::autograd::Function<CompiledFunction> {
     const std::vector<at::Tensor> grads = model->backward->run(args);
     if (grads.size() != model->gradients.size()) {
       throw std::runtime_error(c10::str("the backward library returned ", grads.size(),
-                                        " gradients, the model expects ",
-                                        model->gradients.size()));
+                                        " gradients, the model expects ", model->gradients.size()));
     }
     // One slot for the key, then one per input.
     variable_list result(1 + static_cast<size_t>(ctx->saved_data["inputs"].toInt()));
@@ -201,9 +207,9 @@ std::vector<at::Tensor> compiled_autograd(c10::string_view key_view, at::TensorL
       if (!inputs[i].requires_grad()) continue;
       differentiated = true;
       if (model->backward && (i >= model->differentiates.size() || !model->differentiates[i])) {
-        throw std::invalid_argument(c10::str(
-            model->name, ": input ", i,
-            " requires grad, but the model was compiled without its gradient"));
+        throw std::invalid_argument(
+            c10::str(model->name, ": input ", i,
+                     " requires grad, but the model was compiled without its gradient"));
       }
     }
   }

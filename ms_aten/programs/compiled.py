@@ -18,8 +18,9 @@ the autograd node the op records.
   what it differentiates, torch's version, the CPU's vector ISA and the thread count the code is
   generated for (ms_aten's: its kernels run on ms_aten's launch thread, in ATen's one OpenMP
   team). A second Cell of the same model compiles nothing.
-- Anything it cannot compile runs interpreted, with a CompileWarning giving the reason: dynamic
-  shapes are among them today.
+- Dynamic shapes (a capture with dynamic_shapes): the inference library keeps the symbolic
+  sizes; the training route is static only.
+- Anything it cannot compile runs interpreted, with a CompileWarning giving the reason.
 """
 from __future__ import annotations
 
@@ -123,10 +124,10 @@ def compile_exported(exported: ExportedProgram, name: str, options: CompileOptio
             training = any(graph.differentiates)
         compiled = _load_or_compile(graph, name, options, training)
     except Exception as error:  # noqa: BLE001  (Inductor raises many kinds; the reason is kept)
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        warnings.warn(f"ms_aten: {name}: compile=True runs it interpreted: "
-                      f"{type(error).__name__ if not isinstance(error, _NotCompiled) else ''}"
-                      f"{': ' if not isinstance(error, _NotCompiled) else ''}{reason}",
+        first_line = next(iter(str(error).strip().splitlines()), "")
+        reason = first_line if isinstance(error, _NotCompiled) else \
+            f"{type(error).__name__}: {first_line}"
+        warnings.warn(f"ms_aten: {name}: compile=True runs it interpreted: {reason}",
                       CompileWarning, stacklevel=4)
         return None
     graph.replace_with(compiled.key)
@@ -149,15 +150,14 @@ class _Graph:
             value = node.meta.get("val")
             if not isinstance(value, torch.Tensor):
                 continue  # a constant of the capture (use_cache=False): the graph ignores it
-            if any(not isinstance(n, int) for n in value.shape):
-                raise _NotCompiled("dynamic shapes are not compiled yet (AOTInductor needs "
-                                   "the graph exported with the weights as inputs); capture "
-                                   "without dynamic_shapes to compile one program per shape")
             floating = value.is_floating_point()
             self.differentiates.append(floating and (
                 spec.kind == InputKind.USER_INPUT or (
                     spec.kind == InputKind.PARAMETER and differentiable(spec))))
             self.placeholders.append(node)
+        # Captured with dynamic_shapes: AOTInductor keeps the sizes torch.export made symbolic.
+        self.dynamic = any(not isinstance(n, int) for p in self.placeholders
+                           for n in p.meta["val"].shape)
         self.output = gm.graph.output_node()
         self.outputs = _output_values(gm.graph)
         if not all(isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)
@@ -181,14 +181,19 @@ class _Graph:
 
     def examples(self) -> list[torch.Tensor]:
         """Zero tensors shaped as the inputs, contiguous as MindSpore's buffers are (calloc'd
-        memory: nothing is touched)."""
+        memory: nothing is touched); for a dynamic capture, its fake tensors, whose symbolic
+        sizes AOTInductor keeps."""
+        if self.dynamic:
+            return [p.meta["val"] for p in self.placeholders]
         return [_zeros(p.meta["val"]) for p in self.placeholders]
 
     def key(self, training: bool, threads: int) -> str:
         inputs = [(tuple(p.meta["val"].shape), str(p.meta["val"].dtype), d)
                   for p, d in zip(self.placeholders, self.differentiates, strict=True)]
         text = json.dumps([_FORMAT, torch.__version__, _vector_isa(), threads, training,
-                           inputs, self.module().print_readable(print_output=False)])
+                           [(str(shape), dtype, d) for shape, dtype, d in inputs],
+                           str(self.exported.range_constraints) if self.dynamic else "",
+                           self.module().print_readable(print_output=False)])
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def replace_with(self, key: str) -> None:
@@ -237,6 +242,11 @@ def _threads() -> int:
 
 def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
                      training: bool) -> Compiled:
+    if graph.dynamic and training:
+        raise _NotCompiled("dynamic shapes are compiled for inference only (a compiled "
+                           "backward would take the forward's sizes as inputs, which ms_aten "
+                           "does not pass yet): capture in eval mode, or without "
+                           "dynamic_shapes to compile one program per shape")
     threads = _threads()
     key = graph.key(training, threads)
     directory = options.directory() / key

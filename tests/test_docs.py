@@ -18,7 +18,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = "<!-- test: run -->"
 # The pages whose topic is code a reader types in: each must hold at least one program.
 MUST_HOLD_PROGRAMS = ("README.md", "docs/index.md", "docs/ops.md", "docs/porting.md",
-                      "docs/dynamic_shapes.md", "docs/decoding.md")
+                      "docs/dynamic_shapes.md", "docs/decoding.md", "docs/compile.md")
 MODE = re.compile(r"ms\.set_context\(mode=ms\.(GRAPH|PYNATIVE)_MODE\)")
 TIME_LIMIT_S = 300  # the programs take seconds (tiny models); this only stops a hang
 
@@ -73,8 +73,10 @@ def test_documented_program_runs(program: Program, mode: str | None, tmp_path: P
     script = tmp_path / f"{Path(program.page).stem}_line{program.line}.py"
     script.write_text(code)
     path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    # compile=True's libraries go to the test's folder, not the user's cache.
+    env = dict(os.environ, PYTHONPATH=path, MS_ATEN_CACHE_DIR=str(tmp_path / "compiled"))
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=TIME_LIMIT_S, env=dict(os.environ, PYTHONPATH=path))
+                          timeout=TIME_LIMIT_S, env=env)
     assert done.returncode == 0, (f"{program.page}, the program at line {program.line} failed "
                                   f"(its line 1 is the page's line {program.line}):\n"
                                   f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")

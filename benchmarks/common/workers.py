@@ -3,6 +3,7 @@ result (the one stdout line that starts with RESULT, JSON after it), the order o
 the record of the machine a run used. Imports neither torch nor MindSpore."""
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -10,6 +11,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: workers run as modules from here
@@ -41,6 +43,30 @@ def run(module: str, arguments: list[str], env: dict[str, str] | None = None,
         raise RuntimeError(f"{module} {' '.join(arguments)} failed ({done.returncode}):\n"
                            f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
     return json.loads(lines[-1][len(RESULT):])
+
+
+def add_report_arguments(parser: argparse.ArgumentParser, stem: str) -> None:
+    """--note, --out and --from-json, as the model families' drivers take them."""
+    parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
+    parser.add_argument("--out", type=Path, help=f"folder for {stem}.{{md,json}}")
+    parser.add_argument("--from-json", type=Path, help="only rewrite the .md of a results JSON")
+
+
+def rewrite_only(args: argparse.Namespace, write_markdown: Callable[[Path], Path]
+                 ) -> dict | None:
+    """With --from-json: its report rewritten, and its models' results; else None (run)."""
+    if not args.from_json:
+        return None
+    print(f"wrote {write_markdown(args.from_json)}")
+    return json.loads(args.from_json.read_text())["models"]
+
+
+def check_fingerprints(model: str, fingerprints: set[float]) -> None:
+    """Every process of `model` reported the same fingerprint of torch's forward (the same
+    weights and data), to within rounding."""
+    if max(fingerprints) - min(fingerprints) > 1e-6 * max(fingerprints):
+        raise RuntimeError(f"{model}: the processes ran different weights or data "
+                           f"(torch's forward fingerprints {sorted(fingerprints)})")
 
 
 Job = tuple[str, ...]  # (side, what it runs...): side "torch", or another

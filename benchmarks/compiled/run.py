@@ -83,10 +83,8 @@ def bench_model(model: str, processes: int, ways: tuple[str, ...], extra: list[s
         runs[(what, way)].append(result)
         print(f"  {model} {what:13} {way:19} {result['routes'][route]['ms']:9.3f} ms "
               f"({time.perf_counter() - started:.0f} s)", flush=True)
-    fingerprints = {r["fingerprint"] for results in runs.values() for r in results}
-    if max(fingerprints) - min(fingerprints) > 1e-6 * max(fingerprints):
-        raise RuntimeError(f"{model}: the processes ran different weights or data "
-                           f"(torch's forward fingerprints {sorted(fingerprints)})")
+    workers.check_fingerprints(model, {r["fingerprint"] for results in runs.values()
+                                       for r in results})
     row: dict = {}
     for (what, way), results in runs.items():
         side, route, _ = job_arguments(what, way)
@@ -162,13 +160,11 @@ def main(argv: list[str] | None = None) -> dict:
                         help="tiny GPT-2, the compiled jobs in one process each (a smoke run)")
     parser.add_argument("--models", nargs="*", choices=list(CONFIGS))
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per route")
-    parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
-    parser.add_argument("--out", type=Path, help="folder for compiled.{md,json}")
-    parser.add_argument("--from-json", type=Path, help="only rewrite the .md of a results JSON")
+    workers.add_report_arguments(parser, "compiled")
     args = parser.parse_args(argv)
-    if args.from_json:
-        print(f"wrote {write_markdown(args.from_json)}")
-        return json.loads(args.from_json.read_text())["models"]
+    rewritten = workers.rewrite_only(args, write_markdown)
+    if rewritten is not None:
+        return rewritten
     if args.quick and args.out is None:
         raise SystemExit("--quick writes only with --out (its figures are no measurement)")
     names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))

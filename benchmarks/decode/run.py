@@ -171,13 +171,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per route")
     parser.add_argument("--runs", type=int, default=3,
                         help="timed generations per process, after the cold one")
-    parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
-    parser.add_argument("--out", type=Path, help="folder for decode.{md,json}")
-    parser.add_argument("--from-json", type=Path, help="only rewrite the .md of a results JSON")
+    workers.add_report_arguments(parser, "decode")
     args = parser.parse_args(argv)
-    if args.from_json:
-        print(f"wrote {write_markdown(args.from_json)}")
-        return json.loads(args.from_json.read_text())["models"]
+    rewritten = workers.rewrite_only(args, write_markdown)
+    if rewritten is not None:
+        return rewritten
     names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))
     processes, runs = (1, 1) if args.quick else (args.processes, args.runs)
     started, load_start = time.time(), os.getloadavg()

@@ -86,10 +86,8 @@ def bench_model(model: str, routes: list[str], processes: int, extra: list[str],
             runs[(side, route)].append(result)
             print(f"  {model} {side:7} {route:28} {result['routes'][route]['ms']:9.3f} ms "
                   f"({time.perf_counter() - started:.0f} s)", flush=True)
-    fingerprints = {r["fingerprint"] for results in runs.values() for r in results}
-    if max(fingerprints) - min(fingerprints) > 1e-6 * max(fingerprints):
-        raise RuntimeError(f"{model}: the processes ran different weights or data "
-                           f"(torch's forward fingerprints {sorted(fingerprints)})")
+    workers.check_fingerprints(model, {r["fingerprint"] for results in runs.values()
+                                       for r in results})
     row: dict = {"nodes": next(r["nodes"] for r in runs[jobs[-1]]), "torch": {}, "ms_aten": {}}
     for (side, route), results in runs.items():
         figures = [r["routes"][route]["ms"] for r in results]
@@ -177,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per route")
     parser.add_argument("--threads", type=int, default=0,
                         help="ATen threads on both sides (0: ATen's default)")
-    parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
+    workers.add_report_arguments(parser, "models")
     parser.add_argument("--ms-env", nargs="*", default=[], metavar="KEY=VALUE",
                         help="environment for the ms_aten workers only, e.g. "
                              "MS_DEV_HOST_BLOCKING_RUN=1 (a what-if; the figures are then "
@@ -185,12 +183,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--import-first", choices=["torch", "ms_aten"], default="torch",
                         help="what the ms_aten workers import first (results of ms_aten first "
                              "go to models_ms_aten_first.md)")
-    parser.add_argument("--out", type=Path, help="folder for models.{md,json}")
-    parser.add_argument("--from-json", type=Path, help="only rewrite the .md of a results JSON")
     args = parser.parse_args(argv)
-    if args.from_json:
-        print(f"wrote {write_markdown(args.from_json)}")
-        return json.loads(args.from_json.read_text())["models"]
+    rewritten = workers.rewrite_only(args, write_markdown)
+    if rewritten is not None:
+        return rewritten
     names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))
     repeats, target_s = (2, 0.02) if args.quick else (5, 0.2)
     extra = ["--repeats", str(repeats), "--target-s", str(target_s), "--threads",

@@ -23,6 +23,7 @@ from .ops.constants import ConstantError
 from .ops.infer import ShapeInferenceError, ValueDependentError
 from .ops.op import AtenOp, op
 from .programs.causal_lm import CausalLM, causal_lm
+from .programs.compiled import CompileWarning
 from .programs.function import TorchFunction, function
 from .programs.generate import GenerateOutput, generate
 from .programs.module import TorchModule, module
@@ -33,7 +34,8 @@ _request_blocking_run()  # before MindSpore's first task reads it (native/host.p
 _load_library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
 
-__all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM", "ConstantError",
+__all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM", "CompileWarning",
+           "ConstantError",
            "GenerateOutput", "ShapeInferenceError", "TorchFunction", "TorchModule",
            "ValueDependentError", "ValueDependentOp",
            "__version__", "causal_lm", "function", "generate",

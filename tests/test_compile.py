@@ -20,7 +20,6 @@ from test_optim import assert_follows_torch
 from training import train_ms, train_torch
 
 import ms_aten
-from ms_aten.programs.compiled import CompileWarning
 
 from common import set_mode, to_ms
 
@@ -59,7 +58,7 @@ def make_case(name: str, train: bool) -> models.Case:
 def compiled_cell(case: models.Case, cache_dir: str, dynamic_shapes=None,
                   **options) -> ms_aten.TorchModule:
     with warnings.catch_warnings():
-        warnings.simplefilter("error", CompileWarning)  # a fallback here is a failure
+        warnings.simplefilter("error", ms_aten.CompileWarning)  # a fallback here is a failure
         cell = ms_aten.module(copy.deepcopy(case.module), case.inputs,
                               dynamic_shapes=dynamic_shapes,
                               compile={"cache_dir": cache_dir, **options})
@@ -167,7 +166,8 @@ def test_what_cannot_compile_runs_interpreted_with_a_warning(mode, cache_dir):
     case = make_case("cnn", train=True)
     set_mode(mode)
     batch = torch.export.Dim("batch", min=2, max=16)
-    with pytest.warns(CompileWarning, match="dynamic shapes are compiled for inference only"):
+    with pytest.warns(ms_aten.CompileWarning,
+                      match="dynamic shapes are compiled for inference only"):
         cell = ms_aten.module(copy.deepcopy(case.module), case.inputs,
                               dynamic_shapes=({0: batch},), compile={"cache_dir": cache_dir})
     assert cell.program.compiled is None and cell.program.n_nodes > 1

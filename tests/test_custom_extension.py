@@ -16,7 +16,6 @@ import torch
 
 import ms_aten
 from ms_aten.build import build
-from ms_aten.programs.compiled import CompileWarning
 
 from common import as_tuple, assert_same, load_example, randn, run, set_mode, to_ms, torch_grads
 
@@ -103,7 +102,7 @@ def test_a_model_calling_my_op_compiles_with_its_kernels_inside(mode, ext, tmp_p
     model = ext.myops.GatedMLP()
     x, weight = randn(6, 16), randn(6, 4)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", CompileWarning)
+        warnings.simplefilter("error", ms_aten.CompileWarning)
         cell = ms_aten.module(model, (x,), compile={
             "cache_dir": str(tmp_path_factory.getbasetemp() / "compiled_myops")})
     assert cell.program.compiled.training and cell.program.n_nodes == 1

@@ -38,12 +38,10 @@ class LaunchThread {
 
   void run(Task& task) {
     {
-      std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(&task);
-    }
-    ready_.notify_one();
-    {
+      // One lock for the hand-off and the wait: wait() releases it for the launch thread.
       std::unique_lock<std::mutex> lock(mutex_);
+      queue_.push_back(&task);
+      ready_.notify_one();
       finished_.wait(lock, [&task] { return task.done; });
     }
     if (task.error) std::rethrow_exception(task.error);

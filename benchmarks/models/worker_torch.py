@@ -80,7 +80,7 @@ def routes(task: Task) -> tuple[dict, float]:
     adam_step, adam = stepper(False)
 
     def adam_update() -> None:
-        if adam.state_dict()["state"] == {}:
+        if not adam.state:
             adam_step()  # gradients in place for the update alone, at its first call
         adam.step()
     return {TORCH_FORWARD: forward, TORCH_GRAD: grad, TORCH_STEP: step,

@@ -306,9 +306,11 @@ def _compile_training(graph: _Graph, directory: Path) -> list[str]:
 
     gm = graph.module()
     differentiates = graph.differentiates
+    # The joint graph's example inputs; the differentiated ones become leaves below.
+    primals = graph.examples()
     with FakeTensorMode() as mode, torch.enable_grad():
         fakes = [mode.from_tensor(x).requires_grad_(d)
-                 for x, d in zip(graph.examples(), differentiates, strict=True)]
+                 for x, d in zip(primals, differentiates, strict=True)]
         has_grad = [bool(out.requires_grad) for out in gm(*fakes)]
     n_outputs = len(has_grad)
     if not any(has_grad):
@@ -321,9 +323,9 @@ def _compile_training(graph: _Graph, directory: Path) -> list[str]:
                                          wrt, tangents, allow_unused=True))
         return (*outputs, *[next(grads) if d else None for d in differentiates])
 
-    primals = [x.requires_grad_(d) for x, d in zip(graph.examples(), differentiates, strict=True)]
-    outputs_meta = [v.meta["val"] for v in graph.outputs]
-    tangents = [_zeros(v) for v, g in zip(outputs_meta, has_grad, strict=True) if g]
+    for x, d in zip(primals, differentiates, strict=True):
+        x.requires_grad_(d)
+    tangents = [_zeros(v.meta["val"]) for v, g in zip(graph.outputs, has_grad, strict=True) if g]
     with torch.enable_grad():
         joint_gm = make_fx(joint, tracing_mode="fake")(primals, tangents)
     forward, backward = min_cut_rematerialization_partition(

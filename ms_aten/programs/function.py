@@ -63,11 +63,10 @@ def function(fn: Callable, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     inputs = Inputs.of(fn, args, kwargs, f"ms_aten.function({name})",
                        f"ms_aten function '{name}'", dynamic_shapes)
     module = FunctionModule(fn, tuple(inputs.kwargs))
+    options = CompileOptions.of(compile)  # a bad option fails before the capture's seconds
 
     exported, strict = export(module, inputs.as_positional(inputs.args, inputs.kwargs), name,
                               inputs.torch_dynamic_shapes("args"), replace, strict=strict)
-
-    options = CompileOptions.of(compile)
 
     def built(exported: ExportedProgram, **names: Any) -> Program:
         compiled = None

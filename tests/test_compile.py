@@ -1,7 +1,8 @@
 """compile=True (ms_aten/programs/compiled.py): whole models run as code AOTInductor compiled,
 against torch eager and autograd in both modes: the forward, every gradient and 10 Adam steps of
 GPT-2, BERT and a CNN with BatchNorm (its running statistics too); the on-disk cache; a changed
-input signature; dynamic shapes; the fallback to the interpreter; errors.
+input signature; dynamic shapes; buffers the compiled code writes in place (a KV cache: greedy
+decoding against transformers' model.generate); the fallback to the interpreter; errors.
 
 Compiling costs 5-30 s per library on 2 cores: every test shares one cache directory, so each
 model compiles once for the session (both modes run the same libraries)."""
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from loss_cell import LossCell
+from test_generate import CACHE, _gpt2, _llama, _prompt, _torch_greedy
 from test_optim import assert_follows_torch
 from training import train_ms, train_torch
 
@@ -214,6 +216,91 @@ def test_a_second_order_gradient_is_refused_by_name(cache_dir):
     with pytest.raises(RuntimeError, match="second-order gradient through a compiled program"):
         ms.grad(lambda a, b: first(a, b).sum(), grad_position=0)(*to_ms((x, y)))
     assert ms.grad(SumOf(fn), grad_position=0)(*to_ms((x, y))).shape == (4, 6)
+
+
+class Counter(torch.nn.Module):
+    """An eval-mode module that updates its buffers at every call: a row written at a position
+    (a cache's write) and a count added to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+        self.register_buffer("rows", torch.zeros(6, 4))
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x)
+        self.rows.index_copy_(0, position, y)
+        self.calls.add_(1)
+        return self.rows.sum(0) * self.calls
+
+
+def test_buffers_an_inference_compile_updates_are_written_in_place(mode, cache_dir):
+    """The compiled code writes them (ms_aten.compiled.writes): nothing copied after the call,
+    the Parameters hold torch's values, a gradient is refused by name and the next call works."""
+    torch.manual_seed(0)
+    module = Counter().eval()
+    reference = copy.deepcopy(module)
+    set_mode(mode)
+    x, position = torch.randn(1, 4), torch.tensor([2])
+    cell = compiled_cell(models.Case(module, (x, position), torch.zeros(4), "mse"), cache_dir)
+    program = cell.program
+    assert set(program.reinplaced) == set(program.mutations) == {"rows", "calls"}
+    assert "\nc " not in program.spec  # no copy into a buffer after the call
+    weights = dict(zip(cell._weight_names, cell.weights, strict=True))
+    for step, (row, at) in enumerate([(x, 2), (torch.randn(1, 4), 5), (torch.randn(1, 4), 2)]):
+        with torch.no_grad():
+            want = reference(row, torch.tensor([at])).numpy()
+        got = cell(*to_ms((row, torch.tensor([at])))).asnumpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"call {step}")
+        np.testing.assert_allclose(weights["rows"].asnumpy(), reference.rows.numpy(), rtol=1e-5,
+                                   atol=1e-6)
+        assert float(weights["calls"].asnumpy()) == reference.calls.item() == step + 1
+    # Refused in the forward in PYNATIVE mode; in GRAPH mode the forward has run (and written)
+    # when its backward is refused.
+    with pytest.raises(RuntimeError, match="compiled for inference, writing its buffers in "
+                                           "place"):
+        ms.grad(SumOf(cell), grad_position=None, weights=cell.trainable_params())(
+            *to_ms((x, position)))
+    got = cell(*to_ms((x, position))).asnumpy()
+    with torch.no_grad():
+        reference(x, position)
+    calls = float(weights["calls"].asnumpy())
+    assert calls == reference.calls.item() + (mode == "graph")
+    np.testing.assert_allclose(weights["rows"].asnumpy(), reference.rows.numpy(), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(got, reference.rows.sum(0).numpy() * calls, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [_gpt2, _llama], ids=["gpt2", "llama"])
+def test_a_compiled_causal_lm_decodes_as_transformers_generate(make, mode, cache_dir):
+    """One library for the prompt and every token (the sequence dim dynamic), the KV cache
+    written in place by the compiled code; back-to-back generations need no reset."""
+    torch.manual_seed(0)
+    model = make().eval()
+    set_mode(mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ms_aten.CompileWarning)
+        lm = ms_aten.causal_lm(model, max_cache_len=CACHE, compile={"cache_dir": cache_dir})
+    program = lm.program
+    assert program.compiled is not None and program.n_nodes == 1 and program.dynamic
+    assert program.mutations and set(program.reinplaced) == set(program.mutations)
+    assert "\nc " not in program.spec
+    long, short = _prompt(9, seed=2), _prompt(3, seed=3)
+    expected = _torch_greedy(model, long, 12)
+    assert len(set(expected[0, 9:].tolist())) > 3  # the test can tell a wrong cache
+    np.testing.assert_array_equal(
+        ms_aten.generate(lm, long.numpy(), max_new_tokens=12).asnumpy(), expected)
+    np.testing.assert_array_equal(
+        ms_aten.generate(lm, short.numpy(), max_new_tokens=CACHE - 3 + 1).asnumpy(),
+        _torch_greedy(model, short, CACHE - 3 + 1))  # to the cache's end
+    with pytest.raises(ValueError, match=rf"cache_position {CACHE} is outside the cache"):
+        lm(ms_aten.to_ms(long[:, :1]), ms_aten.to_ms(torch.tensor([CACHE])))
+    np.testing.assert_array_equal(
+        ms_aten.generate(lm, long.numpy(), max_new_tokens=12).asnumpy(), expected)
+    # Another capture of the model finds the library: the key holds no trace-made names.
+    again = ms_aten.causal_lm(model, max_cache_len=CACHE, compile={"cache_dir": cache_dir})
+    assert again.program.compiled.cached and again.program.compiled.key == program.compiled.key
 
 
 @pytest.mark.parametrize("value, message", [

@@ -15,8 +15,10 @@ Method:
   its default dynamic cache. ms_aten, over ms_aten.causal_lm (that wrapper captured once, the
   sequence dim dynamic, the cache Parameters written in place): ms_aten.generate in GRAPH mode
   (the whole loop one compiled graph), and a Python loop calling the Cell per token in GRAPH
-  mode (compiled once) and in PYNATIVE mode. Each loop reads the logits back and takes the
-  argmax between calls.
+  mode (compiled once) and in PYNATIVE mode; both GRAPH routes again with compile=True (the
+  step compiled by AOTInductor, in a compile cache of the run's own: the first process's capture
+  time includes the compile, the later ones load it). Each loop reads the logits back and takes
+  the argmax between calls.
 - A torch worker first computes model.generate's tokens; every generation of every route, in
   every process, must make exactly these (each worker checks, and so does this driver). torch
   eager runs in decode/worker_torch.py, a process that never imports MindSpore; ms_aten in
@@ -34,8 +36,9 @@ Method:
   held once and written in place. ms_aten's kernel launches per token over the timed runs.
 - ATen's default threads on both sides (one per core).
 --quick: tiny GPT-2 (8-token prompt, 24 new tokens, 64 positions), every route of a side in one
-process, one timed generation: a check that every route runs and makes torch's tokens, not a
-measurement.
+process, one timed generation, the compiled routes left out unless --routes names them (the
+compile takes longer than the rest; tests/test_compile.py covers it): a check that every route
+runs and makes torch's tokens, not a measurement.
 Writes benchmarks/results/decode.{md,json} (--out DIR elsewhere; --quick only with --out).
 """
 from __future__ import annotations
@@ -50,6 +53,7 @@ from pathlib import Path
 
 from benchmarks.common import workers
 from benchmarks.decode.workloads import (
+    COMPILED_ROUTES,
     MS_ATEN_ROUTES,
     TORCH_ROUTES,
     WINDOW,
@@ -82,10 +86,12 @@ def bench_model(model: str, routes: list[str], processes: int, runs: int, quick:
         expect = Path(folder) / "tokens.json"
         expect.write_text(json.dumps(reference))
         extra = ["--model", model, "--runs", str(runs), "--expect", str(expect)]
+        env = {"MS_ATEN_CACHE_DIR": str(Path(folder) / "compiled")}
         if quick:  # every route of a side in one process, in turns
             for side in ("torch", "ms_aten"):
-                if any(side_of(r) == side for r in routes):
-                    result = workers.run(WORKERS[side], extra)
+                mine = [a for r in routes if side_of(r) == side for a in ("--route", r)]
+                if mine:
+                    result = workers.run(WORKERS[side], [*extra, *mine], env)
                     for route in routes:
                         if side_of(route) == side:
                             results[route].append({**result["routes"][route],
@@ -93,7 +99,7 @@ def bench_model(model: str, routes: list[str], processes: int, runs: int, quick:
         else:
             for side, route in workers.schedule(jobs, processes):
                 started = time.perf_counter()
-                result = workers.run(WORKERS[side], [*extra, "--route", route])
+                result = workers.run(WORKERS[side], [*extra, "--route", route], env)
                 results[route].append({**result["routes"][route], "meta": result["meta"]})
                 print(f"  {model} {ROUTES[route]:45} {result['routes'][route]['total_s']:8.2f} s "
                       f"({time.perf_counter() - started:.0f} s)", flush=True)
@@ -166,8 +172,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true",
                         help="tiny GPT-2, every route in one process per side (a smoke run)")
     parser.add_argument("--models", nargs="*", choices=list(WORKLOADS))
-    parser.add_argument("--routes", nargs="*", choices=list(ROUTES), default=list(ROUTES),
-                        help="routes, torch's and ms_aten's (default: all)")
+    parser.add_argument("--routes", nargs="*", choices=list(ROUTES),
+                        help="routes, torch's and ms_aten's (default: all; --quick: all but "
+                             "the compiled ones)")
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per route")
     parser.add_argument("--runs", type=int, default=3,
                         help="timed generations per process, after the cold one")
@@ -178,11 +185,12 @@ def main(argv: list[str] | None = None) -> dict:
         return rewritten
     names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))
     processes, runs = (1, 1) if args.quick else (args.processes, args.runs)
+    routes = args.routes or [r for r in ROUTES if not (args.quick and r in COMPILED_ROUTES)]
     started, load_start = time.time(), os.getloadavg()
     rows = {}
     for name in names:
         print(f"{name}:", flush=True)
-        rows[name] = bench_model(name, args.routes, processes, runs, args.quick)
+        rows[name] = bench_model(name, routes, processes, runs, args.quick)
     meta = {**workers.machine_meta(started, load_start), "note": args.note,
             "quick": args.quick, "processes_per_route": processes, "runs": runs}
     print(report(rows))

@@ -12,7 +12,11 @@ made anew for each route. Routes:
 - graph-loop: a Python loop calling the Cell per token in GRAPH mode (compiled once, at the
   first call): the prompt at cache positions 0..n-1, then each token at the next position, the
   logits read back and their argmax taken on the host between calls;
-- pynative-loop: the same loop in PYNATIVE mode.
+- pynative-loop: the same loop in PYNATIVE mode;
+- compiled-generate, compiled-loop: graph-generate and graph-loop over
+  `ms_aten.causal_lm(..., compile=True)`, the step compiled by AOTInductor (in
+  $MS_ATEN_CACHE_DIR, which run.py points at a folder of its own: its first process compiles,
+  and its capture time includes that).
 Every generation's tokens must equal --expect (torch's model.generate, computed by run.py in a
 torch worker first: torch eager here would start a second OpenMP team beside ms_aten's, which
 libgomp then throttles). ms_aten's kernel launches are counted over the timed generations.
@@ -28,6 +32,7 @@ import numpy as np
 import ms_aten
 from benchmarks.common.workers import emit
 from benchmarks.decode.workloads import (
+    COMPILED_ROUTES,
     MS_ATEN_ROUTES,
     Run,
     Task,
@@ -66,8 +71,9 @@ def setup(route: str, task: Task) -> tuple[Run, float]:
     ms.set_context(mode=ms.PYNATIVE_MODE if route == "pynative-loop" else ms.GRAPH_MODE)
     module, ids = model(task.model), prompt(task.model).numpy()
     start = time.perf_counter()
-    lm = ms_aten.causal_lm(module, max_cache_len=task.workload.max_cache_len)
-    make = whole_loop if route == "graph-generate" else step_loop
+    lm = ms_aten.causal_lm(module, max_cache_len=task.workload.max_cache_len,
+                           compile=route in COMPILED_ROUTES)
+    make = whole_loop if route.endswith("-generate") else step_loop
     return make(lm, ids, task.new_tokens), time.perf_counter() - start
 
 

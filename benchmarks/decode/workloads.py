@@ -60,7 +60,11 @@ TORCH_ROUTES = {"static-loop": "torch eager, static-cache loop",
                 "generate": "torch model.generate (dynamic cache)"}
 MS_ATEN_ROUTES = {"graph-generate": "ms_aten GRAPH, ms_aten.generate (one graph)",
                   "graph-loop": "ms_aten GRAPH, step loop",
-                  "pynative-loop": "ms_aten PYNATIVE, step loop"}
+                  "pynative-loop": "ms_aten PYNATIVE, step loop",
+                  "compiled-generate": "ms_aten compile=True, GRAPH, ms_aten.generate",
+                  "compiled-loop": "ms_aten compile=True, GRAPH, step loop"}
+# The routes whose step is compiled code (ms_aten.causal_lm(..., compile=True)).
+COMPILED_ROUTES = ("compiled-generate", "compiled-loop")
 
 
 def model(name: str) -> transformers.GPT2LMHeadModel:
@@ -115,9 +119,10 @@ def parse_task(description: str, routes: dict[str, str], offer_reference: bool) 
     """The worker's command line; --expect is required unless --reference (if offered)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model", choices=list(WORKLOADS), required=True)
-    parser.add_argument("--route", choices=list(routes),
-                        help="the one route to time (default: every route, in turns: a smoke "
-                             "run, as routes in one process slow each other down)")
+    parser.add_argument("--route", choices=list(routes), action="append",
+                        help="a route to time, once per route (default: every route); one per "
+                             "process for a measurement, as routes in one process slow each "
+                             "other down")
     parser.add_argument("--runs", type=int, default=3,
                         help="timed generations after the first (default 3)")
     parser.add_argument("--new-tokens", type=int,
@@ -135,8 +140,8 @@ def parse_task(description: str, routes: dict[str, str], offer_reference: bool) 
     new_tokens = args.new_tokens or WORKLOADS[args.model].new_tokens
     if expect is not None and len(expect) != new_tokens:
         raise SystemExit(f"--expect holds {len(expect)} tokens, the run makes {new_tokens}")
-    return Task(args.model, [args.route] if args.route else list(routes), args.runs, new_tokens,
-                expect, reference)
+    return Task(args.model, args.route or list(routes), args.runs, new_tokens, expect,
+                reference)
 
 
 Run = Callable[[Callable[[], None]], list[int]]

@@ -1,10 +1,12 @@
 #include "program/compiled.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/inductor/aoti_runner/model_container_runner_cpu.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -31,6 +33,7 @@ struct Model {
   std::vector<size_t> tangents;
   std::vector<std::pair<bool, size_t>> backward_inputs;  // (a saved tensor?, its index)
   std::vector<size_t> gradients;
+  std::vector<size_t> writes;  // ascending: where the `written` buffers go among the inputs
 };
 
 std::mutex& registry_mutex() {
@@ -86,6 +89,8 @@ std::shared_ptr<const Model> parse(const std::string& spec) {
       model->tangents = indices(words);
     } else if (kind == "gradients") {
       model->gradients = indices(words);
+    } else if (kind == "writes") {
+      model->writes = indices(words);
     } else if (kind == "backward_inputs") {
       for (const auto& part : split(words.at(1), ',')) {
         if (part.empty() || (part[0] != 's' && part[0] != 't')) {
@@ -100,6 +105,9 @@ std::shared_ptr<const Model> parse(const std::string& spec) {
   }
   if (!model->inference && !model->forward) {
     throw std::invalid_argument("a compiled model needs an inference or a forward library");
+  }
+  if (!model->writes.empty() && !model->inference) {
+    throw std::invalid_argument("a compiled model that writes its buffers is an inference one");
   }
   if (static_cast<bool>(model->forward) != static_cast<bool>(model->backward)) {
     throw std::invalid_argument("a forward library needs its backward, and the other way round");
@@ -198,6 +206,51 @@ std::vector<at::Tensor> compiled_cpu(c10::string_view key, at::TensorList inputs
   return run_inference(*model_of(std::string(key)), inputs);
 }
 
+// The graph's inputs in its own order: each written buffer goes back where the writes line says.
+std::vector<at::Tensor> graph_inputs(const Model& model, at::TensorList inputs,
+                                     at::TensorList written) {
+  if (written.size() != model.writes.size()) {
+    throw std::invalid_argument(c10::str(model.name, ": the compiled model writes ",
+                                         model.writes.size(), " buffers, the call passes ",
+                                         written.size()));
+  }
+  std::vector<at::Tensor> args;
+  args.reserve(inputs.size() + written.size());
+  size_t next_input = 0;
+  size_t next_written = 0;
+  while (args.size() < inputs.size() + written.size()) {
+    if (next_written < written.size() && model.writes[next_written] == args.size()) {
+      args.push_back(written[next_written++]);
+    } else {
+      args.push_back(inputs.at(next_input++));
+    }
+  }
+  return args;
+}
+
+std::vector<at::Tensor> compiled_writes_cpu(c10::string_view key, at::TensorList inputs,
+                                            at::TensorList written) {
+  const auto model = model_of(std::string(key));
+  return model->inference->run(graph_inputs(*model, inputs, written));
+}
+
+std::vector<at::Tensor> compiled_writes_autograd(c10::string_view key, at::TensorList inputs,
+                                                 at::TensorList written) {
+  if (at::GradMode::is_enabled()) {
+    const auto needs_grad = [](const at::Tensor& t) { return t.requires_grad(); };
+    if (std::any_of(inputs.begin(), inputs.end(), needs_grad) ||
+        std::any_of(written.begin(), written.end(), needs_grad)) {
+      throw std::invalid_argument(
+          model_of(std::string(key))->name +
+          ": compiled for inference, writing its buffers in place (a KV cache): it has no "
+          "gradient; capture it without compile= to differentiate it");
+    }
+  }
+  for (const at::Tensor& buffer : written) torch::autograd::increment_version(buffer);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return compiled_writes_cpu(key, inputs, written);
+}
+
 std::vector<at::Tensor> compiled_autograd(c10::string_view key_view, at::TensorList inputs) {
   const std::string key(key_view);
   const auto model = model_of(key);
@@ -236,20 +289,31 @@ void register_compiled(const std::string& key, const std::string& spec) {
 
 }  // namespace ms_aten
 
-// Two overloads of one kernel: `random` is tagged nondeterministic_seeded, so that a program
-// calling it records torch's generator state and a recomputing backward replays it (program.h).
-TORCH_LIBRARY(ms_aten, m) {
-  m.def("compiled(str key, Tensor[] inputs) -> Tensor[]");
-  m.def("compiled.random(str key, Tensor[] inputs) -> Tensor[]",
-        {at::Tag::nondeterministic_seeded});
-}
+namespace {
 
-TORCH_LIBRARY_IMPL(ms_aten, CPU, m) {
-  m.impl("compiled", TORCH_FN(ms_aten::compiled_cpu));
-  m.impl("compiled.random", TORCH_FN(ms_aten::compiled_cpu));
-}
+// The ops are registered for the life of the process, never deregistered (TORCH_LIBRARY's
+// static objects would deregister them at exit, among torch's own static destructors, which
+// aborts the process there once the library defines three overloads: an INTERNAL ASSERT on a
+// schema already gone). `random` is tagged nondeterministic_seeded, so that a program calling it
+// records torch's generator state and a recomputing backward replays it (program.h); `writes`
+// is not, even for a random graph: it has no backward, which is what the replay serves.
+const bool kRegistered = [] {
+  auto* def = new torch::Library(torch::Library::DEF, "ms_aten", std::nullopt, __FILE__, __LINE__);
+  def->def("compiled(str key, Tensor[] inputs) -> Tensor[]");
+  def->def("compiled.random(str key, Tensor[] inputs) -> Tensor[]",
+           {at::Tag::nondeterministic_seeded});
+  def->def("compiled.writes(str key, Tensor[] inputs, Tensor(a!)[] written) -> Tensor[]");
+  auto* cpu = new torch::Library(torch::Library::IMPL, "ms_aten", c10::DispatchKey::CPU, __FILE__,
+                                 __LINE__);
+  cpu->impl("compiled", TORCH_FN(ms_aten::compiled_cpu));
+  cpu->impl("compiled.random", TORCH_FN(ms_aten::compiled_cpu));
+  cpu->impl("compiled.writes", TORCH_FN(ms_aten::compiled_writes_cpu));
+  auto* autograd = new torch::Library(torch::Library::IMPL, "ms_aten", c10::DispatchKey::Autograd,
+                                      __FILE__, __LINE__);
+  autograd->impl("compiled", TORCH_FN(ms_aten::compiled_autograd));
+  autograd->impl("compiled.random", TORCH_FN(ms_aten::compiled_autograd));
+  autograd->impl("compiled.writes", TORCH_FN(ms_aten::compiled_writes_autograd));
+  return true;
+}();
 
-TORCH_LIBRARY_IMPL(ms_aten, Autograd, m) {
-  m.impl("compiled", TORCH_FN(ms_aten::compiled_autograd));
-  m.impl("compiled.random", TORCH_FN(ms_aten::compiled_autograd));
-}
+}  // namespace

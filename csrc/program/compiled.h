@@ -1,9 +1,14 @@
 // Graphs compiled ahead of time by AOTInductor (ms_aten/programs/compiled.py), run as one
 // dispatcher op, so that a compiled program is a program of one node (program.h):
 //   ms_aten::compiled(str key, Tensor[] inputs) -> Tensor[]   (and .random, for a random graph)
+//   ms_aten::compiled.writes(str key, Tensor[] inputs, Tensor(a!)[] written) -> Tensor[]
 // `key` names a model registered here; `inputs` are the captured graph's flat inputs (weights,
 // buffers, constants, user inputs, as torch.export lists them) and the results its flat
 // outputs (new buffer values, then the user outputs).
+// `writes`: an inference graph that updates buffers (a KV cache) writes them in place, in the
+// compiled code, instead of returning their new values: `written` are those buffers, left out
+// of `inputs` (the `writes` line says where they go among the graph's inputs), and the results
+// are the user outputs only. Inference only: under autograd it refuses a gradient by name.
 //
 // A model holds up to three shared objects:
 //   inference  the whole graph, run when autograd is off (InferenceMode, no input requiring
@@ -22,6 +27,7 @@
 //   tangents <k,k,..>                     the outputs whose gradients the backward takes
 //   backward_inputs <s<j>|t<j>,..>        each backward input: saved tensor j, or tangent j
 //   gradients <i,i,..>                    the input each backward output is the gradient of
+//   writes <i,i,..>                       the graph's inputs that `written` holds, in order
 #pragma once
 
 #include <string>

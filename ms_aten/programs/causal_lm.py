@@ -2,7 +2,8 @@
 whose program serves the prompt (prefill) and each new token (decode)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -39,6 +40,9 @@ class CausalLM(TorchModule):
     Refused before the program runs, in both modes: a batch size other than the cache's, and a
     cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error would leave the
     compiled graph unable to run again).
+
+    `compile=True`: the step runs as code AOTInductor compiled (compiled.py), one library for
+    every sequence length, which writes the cache's new rows in place itself.
     """
 
     # Decoding is never differentiated: the forward keeps no autograd graph (a GRAPH kernel's
@@ -47,7 +51,8 @@ class CausalLM(TorchModule):
     # gradient through the Cell is refused, naming those buffers.
     _record = False
 
-    def __init__(self, model: PreTrainedModel, max_cache_len: int, batch_size: int = 1):
+    def __init__(self, model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *,
+                 compile: bool | Mapping[str, Any] = False):
         from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
         if max_cache_len < 2 or batch_size < 1:
@@ -72,7 +77,7 @@ class CausalLM(TorchModule):
         # Strict capture: non-strict export sees the cache's tensors (held by StaticCache, not
         # a Module) as constants, and its run_decompositions fails on their writes.
         super().__init__(step, (torch.zeros(batch_size, 2, dtype=torch.long), torch.arange(2)),
-                         dynamic_shapes=({1: seq}, {0: seq}), strict=True)
+                         dynamic_shapes=({1: seq}, {0: seq}), strict=True, compile=compile)
         self._where = f"ms_aten.causal_lm({type(model).__name__})"
 
     def check(self, input_ids: Tensor, cache_position: Tensor) -> None:
@@ -100,9 +105,11 @@ class CausalLM(TorchModule):
         return super().__call__(*args, **kwargs)
 
 
-def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1) -> CausalLM:
+def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *,
+              compile: bool | Mapping[str, Any] = False) -> CausalLM:
     """A HuggingFace causal LM (GPT-2, Llama, ...: one transformers'
     TorchExportableModuleWithStaticCache takes) as a Cell over a static KV cache of
     `max_cache_len` positions for `batch_size` sequences: `logits = cell(input_ids,
-    cache_position)`; see CausalLM, and ms_aten.generate for the decoding loop."""
-    return CausalLM(model, max_cache_len, batch_size)
+    cache_position)`; see CausalLM, and ms_aten.generate for the decoding loop. `compile`: as
+    ms_aten.module's (True, or {"cache_dir": path}): the step as compiled code."""
+    return CausalLM(model, max_cache_len, batch_size, compile=compile)

@@ -18,6 +18,11 @@ the autograd node the op records.
   what it differentiates, torch's version, the CPU's vector ISA and the thread count the code is
   generated for (ms_aten's: its kernels run on ms_aten's launch thread, in ATen's one OpenMP
   team). A second Cell of the same model compiles nothing.
+- Buffers the graph updates: an inference graph writes them in place, inside the compiled code
+  (a KV cache's new rows and nothing else: `copy_` of the new value into the buffer, which
+  Inductor turns back into the in-place scatter); the op is then `compiled.writes`, which
+  declares them written. A training graph returns their new values, which the program copies
+  into the buffers (BatchNorm's running statistics).
 - Dynamic shapes (a capture with dynamic_shapes): the inference library keeps the symbolic
   sizes; the training route is static only.
 - Anything it cannot compile runs interpreted, with a CompileWarning giving the reason.
@@ -41,7 +46,7 @@ from urllib.parse import quote
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, InputSpec
+from torch.export.graph_signature import InputKind, InputSpec, OutputKind
 
 from ..native import library
 from ..native.threads import get_num_threads
@@ -52,7 +57,7 @@ LONG_COMPILE_S = 30.0
 # The directory compiled libraries are cached in, unless compile={"cache_dir": ...} says.
 CACHE_ENV = "MS_ATEN_CACHE_DIR"
 # Bumped when the layout of a cached model changes.
-_FORMAT = "2"
+_FORMAT = "3"
 _OPTION_KEYS = frozenset({"training", "cache_dir"})
 
 
@@ -130,7 +135,7 @@ def compile_exported(exported: ExportedProgram, name: str, options: CompileOptio
         warnings.warn(f"ms_aten: {name}: compile=True runs it interpreted: {reason}",
                       CompileWarning, stacklevel=4)
         return None
-    graph.replace_with(compiled.key)
+    graph.replace_with(compiled.key, in_place=graph.in_place(training))
     return compiled
 
 
@@ -160,6 +165,15 @@ class _Graph:
                            for n in p.meta["val"].shape)
         self.output = gm.graph.output_node()
         self.outputs = _output_values(gm.graph)
+        # The buffers the graph updates: (their input's index here, their output's index),
+        # in input order.
+        index = {node.name: i for i, node in enumerate(self.placeholders)}
+        buffer_input = {spec.target: spec.arg.name for spec in specs
+                        if spec.kind == InputKind.BUFFER}
+        self.writes = sorted(
+            (index[buffer_input[spec.target]], k)
+            for k, spec in enumerate(exported.graph_signature.output_specs)
+            if spec.kind == OutputKind.BUFFER_MUTATION)
         if not all(isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)
                    for v in self.outputs):
             raise _NotCompiled("the graph returns values other than tensors")
@@ -167,17 +181,29 @@ class _Graph:
                           and torch.Tag.nondeterministic_seeded in n.target.tags
                           for n in gm.graph.nodes)
 
-    def module(self) -> torch.fx.GraphModule:
-        """A copy of the graph taking only its tensor inputs."""
+    def module(self, in_place: bool = False) -> torch.fx.GraphModule:
+        """A copy of the graph taking only its tensor inputs; `in_place`: it writes the buffers
+        it updates (`copy_` into them) and returns the user outputs only."""
         gm = self.exported.graph_module
         graph = torch.fx.Graph()
         values: dict[torch.fx.Node, torch.fx.Node] = {}
         output = graph.graph_copy(gm.graph, values)
+        if in_place:
+            assert isinstance(output, (tuple, list))  # an exported graph returns a flat tuple
+            written = {k: values[self.placeholders[i]] for i, k in self.writes}
+            for k, value in enumerate(output):
+                if k in written:
+                    graph.call_function(torch.ops.aten.copy_.default, (written[k], value))
+            output = tuple(v for k, v in enumerate(output) if k not in written)
         graph.output(output)
         keep = {values[p] for p in self.placeholders}
         for node in [n for n in graph.nodes if n.op == "placeholder" and n not in keep]:
             graph.erase_node(node)
         return torch.fx.GraphModule(gm, graph)
+
+    def in_place(self, training: bool) -> bool:
+        """Whether the compiled code writes the buffers the graph updates: for inference."""
+        return bool(self.writes) and not training
 
     def examples(self) -> list[torch.Tensor]:
         """Zero tensors shaped as the inputs, contiguous as MindSpore's buffers are (calloc'd
@@ -193,20 +219,33 @@ class _Graph:
         text = json.dumps([_FORMAT, torch.__version__, _vector_isa(), threads, training,
                            [(str(shape), dtype, d) for shape, dtype, d in inputs],
                            str(self.exported.range_constraints) if self.dynamic else "",
-                           self.module().print_readable(print_output=False)])
+                           _code(self.module())])
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
-    def replace_with(self, key: str) -> None:
-        """The graph becomes one ms_aten.compiled call over its tensor inputs."""
+    def replace_with(self, key: str, in_place: bool) -> None:
+        """The graph becomes one ms_aten.compiled call over its tensor inputs; `in_place`: the
+        call writes the buffers the graph updates (compiled.writes), and the graph gives each
+        buffer itself as its new value (inplace.py)."""
         graph = self.exported.graph_module.graph
-        op = torch.ops.ms_aten.compiled.random if self.random else \
-            torch.ops.ms_aten.compiled.default
+        written = {k: self.placeholders[i] for i, k in self.writes} if in_place else {}
         with graph.inserting_before(self.output):
-            call = graph.call_function(op, (key, list(self.placeholders)))
-            call.meta["val"] = [v.meta["val"] for v in self.outputs]
+            if in_place:
+                call = graph.call_function(torch.ops.ms_aten.compiled.writes, (
+                    key, [p for p in self.placeholders if p not in written.values()],
+                    list(written.values())))
+            else:
+                op = torch.ops.ms_aten.compiled.random if self.random else \
+                    torch.ops.ms_aten.compiled.default
+                call = graph.call_function(op, (key, list(self.placeholders)))
+            returned = [v for k, v in enumerate(self.outputs) if k not in written]
+            call.meta["val"] = [v.meta["val"] for v in returned]
+            items = iter(range(len(returned)))
             results = []
             for k, value in enumerate(self.outputs):
-                item = graph.call_function(operator.getitem, (call, k))
+                if k in written:
+                    results.append(written[k])
+                    continue
+                item = graph.call_function(operator.getitem, (call, next(items)))
                 item.meta["val"] = value.meta["val"]
                 results.append(item)
         self.output.args = (tuple(results),)
@@ -216,6 +255,14 @@ class _Graph:
             if node.op in ("call_function", "get_attr") and node not in kept:
                 graph.erase_node(node)
         self.exported.graph_module.recompile()
+
+
+def _code(gm: torch.fx.GraphModule) -> str:
+    """The graph's code with its shapes and dtypes, without the comments naming where each node
+    came from: those name a file made per trace (`<eval_with_key>.49`), another in each capture
+    of one model."""
+    return "\n".join(line for line in gm.print_readable(print_output=False).splitlines()
+                     if not line.lstrip().startswith("#"))
 
 
 def _output_values(graph: torch.fx.Graph) -> list[Any]:
@@ -292,9 +339,11 @@ def _aot_compile(gm: torch.fx.GraphModule, examples: list[torch.Tensor], directo
 
 
 def _compile_inference(graph: _Graph, directory: Path) -> list[str]:
+    in_place = graph.in_place(training=False)
     with torch.no_grad():
-        so = _aot_compile(graph.module(), graph.examples(), directory, "inference")
-    return [f"inference {so}"]
+        so = _aot_compile(graph.module(in_place), graph.examples(), directory, "inference")
+    writes = [f"writes {','.join(str(i) for i, _ in graph.writes)}"] if in_place else []
+    return [f"inference {so}", *writes]
 
 
 def _compile_training(graph: _Graph, directory: Path) -> list[str]:

@@ -9,7 +9,10 @@ Parameter (csrc/program/program.h):
   and nothing else reads the buffer's old value, the program runs the in-place variant on the
   buffer: nothing is copied, and the node's result is the buffer itself;
 - otherwise the new value is copied into the buffer after the program (`c` lines): BatchNorm's
-  running statistics, which one node computes beside its output.
+  running statistics, which one node computes beside its output;
+- where the graph gives the buffer itself as its new value, a node of it wrote the buffer as an
+  argument its schema writes (compile=True's `ms_aten.compiled.writes`, compiled.py): nothing is
+  left to do.
 torch.fx.passes.reinplace does not fit: it never re-inplaces a graph input (its step 1b), and a
 buffer is one here. The VJP runs the functional graph, which writes nothing.
 
@@ -53,7 +56,8 @@ class Write:
     placeholder: torch.fx.Node  # its input in the graph
     value: torch.fx.Node  # the node computing its new value
     # The op run on the buffer instead of value's own: its in-place variant, or for a scatter
-    # the view the source is copied into; None: the value is copied into the buffer at the end.
+    # the view the source is copied into; for a buffer the graph wrote already, the op that
+    # wrote it; None: the value is copied into the buffer at the end.
     inplace: torch._ops.OpOverload | None
 
 
@@ -93,8 +97,29 @@ def _same_layout(a: torch.fx.Node, b: torch.fx.Node) -> bool:
             and va.dtype == vb.dtype and [str(n) for n in va.shape] == [str(n) for n in vb.shape])
 
 
+def writes(node: torch.fx.Node, value: torch.fx.Node) -> bool:
+    """Whether `node` writes `value` in place: passes it as an argument its schema writes."""
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    schema_args = node.target._schema.arguments
+    for position, arg in enumerate(schema_args):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        given = node.args[position] if position < len(node.args) else node.kwargs.get(arg.name)
+        if given is value or (isinstance(given, (list, tuple)) and value in given):
+            return True
+    return False
+
+
 def plan(buffer: str, placeholder: torch.fx.Node, value: torch.fx.Node) -> Write:
     """How the program writes `buffer` (input `placeholder`), whose new value `value` computes."""
+    if value is placeholder:
+        writer = next((u for u in placeholder.users if writes(u, placeholder)), None)
+        if writer is None:
+            raise ValueError(f"the graph gives buffer {buffer} as its own new value, but no "
+                             f"node writes it")
+        assert isinstance(writer.target, torch._ops.OpOverload)  # writes() checked it
+        return Write(buffer, placeholder, value, writer.target)
     inplace = None
     if (value.op == "call_function" and value.args and value.args[0] is placeholder
             and _same_layout(value, placeholder)
@@ -124,6 +149,10 @@ def exact(writes: Sequence[Write], outputs: Sequence[torch.fx.Node]) -> bool:
     """Whether running the forward again on the buffers' new values gives the same `outputs`."""
     needed = _ancestors(outputs)
     for write in writes:
+        if write.value is write.placeholder:
+            # Written by an op of the graph (compiled.writes), which has no backward and
+            # refuses a gradient itself: nothing will recompute it.
+            continue
         for reader in write.placeholder.users:
             if reader not in needed or not _reads_values(reader):
                 continue

@@ -220,7 +220,9 @@ class _Builder:
             members = ["_" if v is None else str(self.value_of(node, arg, v)) for v in value]
             if "_" in members and kind == "Tensor[]":
                 raise self.fail(node, f"argument '{arg.name}' holds None")
-            return f"{'T' if kind == 'Tensor[]' else 'Q'}[{','.join(members)}]"
+            written = arg.alias_info is not None and arg.alias_info.is_write
+            letter = "U" if written else "T" if kind == "Tensor[]" else "Q"
+            return f"{letter}[{','.join(members)}]"
         if value is None:
             if kind != "Tensor?":
                 raise self.fail(node, f"argument '{arg.name}' is None")
@@ -297,7 +299,7 @@ class _Builder:
             raise self.fail(node, "only ATen/dispatcher ops can run in a program; this is "
                                   f"{type(target).__name__} {target}")
         if any(a.alias_info is not None and a.alias_info.is_write
-               for a in target._schema.arguments):
+               for a in target._schema.arguments) and not self.writes_buffers(node):
             raise self.fail(node, "the op writes its inputs, which torch.export's "
                                   "functionalization should have removed")
         if torch.Tag.nondeterministic_seeded in target.tags:
@@ -308,6 +310,13 @@ class _Builder:
             self.lines.append(line)
         else:
             self.lines.append(_Split(self.inplace_lines(node, write), [line]))
+
+    def writes_buffers(self, node: torch.fx.Node) -> bool:
+        """Whether `node` writes buffers the program updates, and nothing else: the buffers the
+        graph gives as their own new values (compile=True's ms_aten.compiled.writes)."""
+        written = [v for v in node.all_input_nodes if inplace.writes(node, v)]
+        return bool(written) and all(v in self.writes and self.writes[v].value is v
+                                     for v in written)
 
     def inplace_lines(self, node: torch.fx.Node, write: inplace.Write) -> list[str]:
         """The forward's lines for a node whose in-place variant writes its buffer: its result

@@ -13,8 +13,14 @@
 #include <mutex>
 #include <thread>
 
+// OpenMP 5.0 (libgomp since GCC 9, LLVM's libomp): weak, so that the library still loads
+// against an OpenMP runtime without it.
+extern "C" int omp_pause_resource_all(int kind) __attribute__((weak));
+
 namespace ms_aten {
 namespace {
+
+constexpr int kOmpPauseSoft = 1;  // omp_pause_soft: threads go, settings stay
 
 std::atomic<int> g_num_threads{0};  // 0: ATen's default (one per core)
 
@@ -115,6 +121,10 @@ bool too_small_to_split(int nparam, const int* ndims, const int64_t* const* shap
     if (numel >= at::internal::GRAIN_SIZE) return false;
   }
   return true;
+}
+
+bool release_idle_team() {
+  return omp_pause_resource_all != nullptr && omp_pause_resource_all(kOmpPauseSoft) == 0;
 }
 
 void set_num_threads(int n) { g_num_threads.store(n < 0 ? 0 : n, std::memory_order_relaxed); }

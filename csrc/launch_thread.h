@@ -30,6 +30,14 @@ void run_inline(const std::function<void()>& work);
 // run on one thread anyway.
 bool too_small_to_split(int nparam, const int* ndims, const int64_t* const* shapes);
 
+// Gives back the calling thread's idle OpenMP workers (libgomp's pool of the team it opened, by
+// OpenMP 5's omp_pause_resource_all): a thread that ran torch's parallel work (a model's
+// construction, a capture) keeps its team for its life, and a second team beside the launch
+// thread's makes libgomp throttle the workers of both. The thread's next parallel region starts
+// a team again; nothing else changes. False where the OpenMP runtime has no such call, or the
+// thread is inside a parallel region.
+bool release_idle_team();
+
 // ATen intra-op threads on the launch thread (0: ATen's default, one per core); see
 // ms_aten.set_num_threads.
 void set_num_threads(int n);

@@ -116,3 +116,39 @@ def test_an_error_on_the_launch_thread_reaches_the_caller_and_the_next_launch_wo
     good = torch.tensor([3, 500])
     np.testing.assert_array_equal(index_select(to_ms(x), to_ms(good)).asnumpy(),
                                   x.index_select(0, good).numpy())
+
+
+# torch's parallel work on the main thread (a model's construction) gives it an OpenMP team;
+# after a capture, its workers are gone; the next parallel torch op on the thread starts a team
+# again and computes as before.
+TEAM = """
+import os, sys, time
+import torch
+torch.set_num_threads(2)
+import ms_aten
+
+def threads():
+    return set(os.listdir("/proc/self/task"))
+
+x = torch.randn(2048, 2048)
+before = threads()
+expected = x @ x  # a parallel region on this thread: its team starts
+workers = threads() - before
+model = torch.nn.Linear(64, 64)
+cell = ms_aten.module(model, (torch.randn(4, 64),))
+time.sleep(0.2)  # a released worker ends after the call returns
+left = workers & threads()
+again = x @ x
+print(len(workers), len(left), bool(torch.equal(again, expected)))
+"""
+
+
+def test_a_capture_releases_its_thread_s_idle_openmp_team():
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    env["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])
+    done = subprocess.run([sys.executable, "-c", TEAM], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    started, left, same = done.stdout.split()[-3:]
+    assert int(started) >= 1  # the team's worker, with 2 threads
+    assert int(left) == 0 and same == "True", done.stdout

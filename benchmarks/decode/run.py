@@ -15,7 +15,7 @@ Method:
   its default dynamic cache. ms_aten, over ms_aten.causal_lm (that wrapper captured once, the
   sequence dim dynamic, the cache Parameters written in place): ms_aten.generate in GRAPH mode
   (the whole loop one compiled graph), and a Python loop calling the Cell per token in GRAPH
-  mode (compiled once) and in PYNATIVE mode; both GRAPH routes again with compile=True (the
+  mode (compiled once) and in PYNATIVE mode; the three again with compile=True (the
   step compiled by AOTInductor, in a compile cache of the run's own: the first process's capture
   time includes the compile, the later ones load it). Each loop reads the logits back and takes
   the argmax between calls.
@@ -148,10 +148,12 @@ def report(rows: dict[str, dict]) -> str:
                   f"{launches} | {entry['rss_before_mib']:.0f} | {entry['peak_mib']:.0f} | "
                   f"{entry['setup_s']:.2f} | {entry['cold_s']:.3g} | "
                   f"{', '.join(f'{x:.3g}' for x in entry['per_process_total_s'])} |")
-        if "graph-generate" in row["routes"]:
-            lines.append(f"\n{MS_ATEN_ROUTES['graph-generate']} runs the prompt and every token "
-                         f"in one graph call: only its total and tokens/s are seen (no prefill "
-                         f"or per-token times).")
+        whole = [MS_ATEN_ROUTES[r] for r in row["routes"] if r.endswith("generate")
+                 and side_of(r) == "ms_aten"]
+        if whole:
+            lines.append(f"\n{' and '.join(whole)} run the prompt and every token in one graph "
+                         f"call: only the total and tokens/s are seen (no prefill or per-token "
+                         f"times).")
     lines.append(f"\nms/token at a position: the median over the tokens fed within ±{WINDOW} "
                  f"positions. Capture: ms_aten.causal_lm (torch: building the static cache).")
     return "\n".join(lines)

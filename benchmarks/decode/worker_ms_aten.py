@@ -13,8 +13,8 @@ made anew for each route. Routes:
   first call): the prompt at cache positions 0..n-1, then each token at the next position, the
   logits read back and their argmax taken on the host between calls;
 - pynative-loop: the same loop in PYNATIVE mode;
-- compiled-generate, compiled-loop: graph-generate and graph-loop over
-  `ms_aten.causal_lm(..., compile=True)`, the step compiled by AOTInductor (in
+- compiled-generate, compiled-loop, compiled-pynative-loop: graph-generate, graph-loop and
+  pynative-loop over `ms_aten.causal_lm(..., compile=True)`, the step compiled by AOTInductor (in
   $MS_ATEN_CACHE_DIR, which run.py points at a folder of its own: its first process compiles,
   and its capture time includes that).
 Every generation's tokens must equal --expect (torch's model.generate, computed by run.py in a
@@ -68,7 +68,7 @@ def whole_loop(lm: ms_aten.CausalLM, ids: np.ndarray, new: int) -> Run:
 
 def setup(route: str, task: Task) -> tuple[Run, float]:
     """The route's generation and its setup time (the capture)."""
-    ms.set_context(mode=ms.PYNATIVE_MODE if route == "pynative-loop" else ms.GRAPH_MODE)
+    ms.set_context(mode=ms.PYNATIVE_MODE if "pynative" in route else ms.GRAPH_MODE)
     module, ids = model(task.model), prompt(task.model).numpy()
     start = time.perf_counter()
     lm = ms_aten.causal_lm(module, max_cache_len=task.workload.max_cache_len,

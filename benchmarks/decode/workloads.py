@@ -62,9 +62,10 @@ MS_ATEN_ROUTES = {"graph-generate": "ms_aten GRAPH, ms_aten.generate (one graph)
                   "graph-loop": "ms_aten GRAPH, step loop",
                   "pynative-loop": "ms_aten PYNATIVE, step loop",
                   "compiled-generate": "ms_aten compile=True, GRAPH, ms_aten.generate",
-                  "compiled-loop": "ms_aten compile=True, GRAPH, step loop"}
+                  "compiled-loop": "ms_aten compile=True, GRAPH, step loop",
+                  "compiled-pynative-loop": "ms_aten compile=True, PYNATIVE, step loop"}
 # The routes whose step is compiled code (ms_aten.causal_lm(..., compile=True)).
-COMPILED_ROUTES = ("compiled-generate", "compiled-loop")
+COMPILED_ROUTES = ("compiled-generate", "compiled-loop", "compiled-pynative-loop")
 
 
 def model(name: str) -> transformers.GPT2LMHeadModel:

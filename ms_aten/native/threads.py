@@ -23,6 +23,14 @@ def get_num_threads() -> int:
     return library.load().ms_aten_get_num_threads()
 
 
+def release_idle_team() -> bool:
+    """Gives back the calling thread's idle OpenMP workers, if it has any (csrc/launch_thread.h):
+    after a capture, whose torch work (like the model's construction before it) left the
+    thread a team beside the launch thread's, which would make libgomp throttle both. The
+    thread's next parallel region starts its team again. False where nothing was released."""
+    return bool(library.load().ms_aten_release_idle_team())
+
+
 def configure_from_environment() -> None:
     value = os.environ.get(ENV)
     if value:

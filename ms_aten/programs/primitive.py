@@ -10,7 +10,7 @@ from mindspore import ops
 from mindspore.common import dtype as mstype
 from mindspore.ops import signature as sig
 
-from ..native import dtypes, library, pyboost
+from ..native import dtypes, library, pyboost, threads
 from ..ops.binding import SPEC_ATTR
 from ..ops.grad import with_arity
 from ..ops.infer import ShapeInferenceError, flatten_infer_args
@@ -25,6 +25,14 @@ from .program import (
 )
 
 Recapture = Callable[[Signature], Program]
+
+
+def _register(family: str, program: Program) -> None:
+    """Hands a capture to the library. The capture's torch work, like the model's construction
+    before it, left this thread an OpenMP team, idle from now on: its workers are given back,
+    so that the launch thread's is the process's one team (csrc/launch_thread.h)."""
+    register(family, program)
+    threads.release_idle_team()
 
 
 def _tensor_type(dtype: torch.dtype):
@@ -181,7 +189,7 @@ class AtenFunction(_ProgramPrimitive):
         self.recapture = recapture
         self.record = record  # keep the forward's autograd graph for the backward
         family = str(unique_id())
-        register(family, program)
+        _register(family, program)
         self.programs: dict[Signature, Program] = {program.signature: program}
         # the first capture; every capture has its outputs' structure
         super().__init__(program, family, "record" if record else "call", program.n_results,
@@ -223,7 +231,7 @@ class AtenFunction(_ProgramPrimitive):
                 f"ms_aten function '{first.name}' was captured for inputs "
                 f"({first.signature.describe()}) and got ({signature.describe()})")
         program = self.recapture(signature)
-        register(self.family, program)
+        _register(self.family, program)
         self.programs[signature] = program
         return program
 

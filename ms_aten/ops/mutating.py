@@ -24,7 +24,7 @@ from mindspore.ops import signature as sig
 from . import constants as consts
 from .binding import Binding
 from .primitive import CPP_SHAPES, PLACEHOLDER, CppInferred
-from .schema import full_name, schemas, split_name
+from .schema import full_name, is_written, schemas, split_name
 
 
 def _schema(name: str):
@@ -35,10 +35,6 @@ def _schema(name: str):
     listed = "\n  ".join(str(s) for s in schemas(qualified))
     raise ValueError(f"op '{qualified}' has no overload '{overload or 'default'}'; name one of:"
                      f"\n  {listed}")
-
-
-def _writes(arg) -> bool:
-    return arg.alias_info is not None and arg.alias_info.is_write
 
 
 def _letter(name: str, written: Collection[str], unwritten: Collection[str],
@@ -71,11 +67,11 @@ class MutatingOp(CppInferred):
         label = f"ms_aten mutating op '{full_name(schema)}'"
         arguments = {arg.name: arg for arg in schema.arguments}
         for arg_name in (*written, *unwritten):
-            if arg_name not in arguments or not _writes(arguments[arg_name]):
-                writable = [a.name for a in schema.arguments if _writes(a)]
+            if arg_name not in arguments or not is_written(arguments[arg_name]):
+                writable = [a.name for a in schema.arguments if is_written(a)]
                 raise ValueError(f"{label}: it does not write an argument '{arg_name}'; it "
                                  f"writes {writable}")
-        if any(not _writes(r) for r in schema.returns):
+        if any(not is_written(r) for r in schema.returns):
             raise TypeError(f"{label}: it returns new tensors; use the functional overload "
                             f"through ms_aten.op")
         self.lengths: dict[str, int] = {}

@@ -51,8 +51,13 @@ def _in_dispatcher(schema: Schema) -> bool:
     return True
 
 
+def is_written(arg: torch._C.Argument) -> bool:
+    """Whether a schema argument (or return) is one the op writes: `Tensor(a!)`, `Tensor(a!)[]`."""
+    return arg.alias_info is not None and arg.alias_info.is_write
+
+
 def _mutates(schema: Schema) -> bool:
-    return any(arg.alias_info is not None and arg.alias_info.is_write for arg in schema.arguments)
+    return any(is_written(arg) for arg in schema.arguments)
 
 
 @cache
@@ -212,7 +217,7 @@ def inplace_variant(schema: Schema) -> Schema | None:
     for candidate in candidates:
         first = candidate.arguments[0] if candidate.arguments else None
         if (candidate.overload_name == schema.overload_name and first is not None
-                and first.alias_info is not None and first.alias_info.is_write
+                and is_written(first)
                 and _signature(candidate.arguments) == _signature(schema.arguments)
                 and _has_cpu_kernel(candidate)):
             return candidate

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ops.schema import is_written
 from . import symbolic
 
 aten = torch.ops.aten
@@ -101,9 +102,8 @@ def writes(node: torch.fx.Node, value: torch.fx.Node) -> bool:
     """Whether `node` writes `value` in place: passes it as an argument its schema writes."""
     if not isinstance(node.target, torch._ops.OpOverload):
         return False
-    schema_args = node.target._schema.arguments
-    for position, arg in enumerate(schema_args):
-        if arg.alias_info is None or not arg.alias_info.is_write:
+    for position, arg in enumerate(node.target._schema.arguments):
+        if not is_written(arg):
             continue
         given = node.args[position] if position < len(node.args) else node.kwargs.get(arg.name)
         if given is value or (isinstance(given, (list, tuple)) and value in given):

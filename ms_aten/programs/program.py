@@ -22,6 +22,7 @@ from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 from ..native import dtypes, library
 from ..ops import constants as consts
 from ..ops.infer import EMIT, ERROR_BYTES, c_shapes
+from ..ops.schema import is_written
 from . import inplace, symbolic
 from .compiled import Compiled
 
@@ -220,8 +221,7 @@ class _Builder:
             members = ["_" if v is None else str(self.value_of(node, arg, v)) for v in value]
             if "_" in members and kind == "Tensor[]":
                 raise self.fail(node, f"argument '{arg.name}' holds None")
-            written = arg.alias_info is not None and arg.alias_info.is_write
-            letter = "U" if written else "T" if kind == "Tensor[]" else "Q"
+            letter = "U" if is_written(arg) else "T" if kind == "Tensor[]" else "Q"
             return f"{letter}[{','.join(members)}]"
         if value is None:
             if kind != "Tensor?":
@@ -230,8 +230,7 @@ class _Builder:
         if isinstance(value, torch.fx.Node) and not isinstance(value.meta.get("val"),
                                                                torch.Tensor):
             return f"Z{self.value_of(node, arg, value)}"  # a size where torch takes a number
-        written = arg.alias_info is not None and arg.alias_info.is_write
-        return f"{'u' if written else 't'}{self.value_of(node, arg, value)}"
+        return f"{'u' if is_written(arg) else 't'}{self.value_of(node, arg, value)}"
 
     def scalar_token(self, node: torch.fx.Node, arg, value) -> str:
         """A non-tensor argument that reads scalar values: z<j>, or J<..> for an int list."""
@@ -298,8 +297,8 @@ class _Builder:
         if not isinstance(target, torch._ops.OpOverload):
             raise self.fail(node, "only ATen/dispatcher ops can run in a program; this is "
                                   f"{type(target).__name__} {target}")
-        if any(a.alias_info is not None and a.alias_info.is_write
-               for a in target._schema.arguments) and not self.writes_buffers(node):
+        if any(is_written(a) for a in target._schema.arguments) \
+                and not self.writes_buffers(node):
             raise self.fail(node, "the op writes its inputs, which torch.export's "
                                   "functionalization should have removed")
         if torch.Tag.nondeterministic_seeded in target.tags:

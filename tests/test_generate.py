@@ -77,6 +77,27 @@ def test_generations_back_to_back_reuse_the_cache_without_reset(model_and_lm, mo
     np.testing.assert_array_equal(second, _torch_greedy(model, short, 4))
 
 
+def test_a_step_reads_only_the_cache_positions_written_so_far(model_and_lm, mode):
+    """The attention reads the cache's prefix up to the last new position, not all of it: NaN
+    in every later position of every key and value cache leaves the tokens as transformers'
+    (a masked NaN key would still poison softmax's sum, a NaN value the weighted sum)."""
+    model, lm = model_and_lm
+    set_mode(mode)
+    prompt = _prompt(5, seed=6)
+    caches = [p for p in lm.weights if "key_cache" in p.name or "value_cache" in p.name]
+    assert len(caches) == 2 * 2
+    for cache in caches:
+        cache.set_data(ms.Tensor(np.full(cache.shape, np.nan, np.float32)))
+    try:
+        got = ms_aten.generate(lm, prompt.numpy(), max_new_tokens=8).asnumpy()
+        by_step = lm(ms.Tensor(prompt.numpy()), ms.Tensor(np.arange(5))).asnumpy()
+    finally:
+        for cache in caches:
+            cache.set_data(ms.Tensor(np.zeros(cache.shape, np.float32)))
+    np.testing.assert_array_equal(got, _torch_greedy(model, prompt, 8))
+    assert np.isfinite(by_step).all()
+
+
 def test_a_generation_runs_to_the_cache_s_end(model_and_lm, mode):
     model, lm = model_and_lm
     set_mode(mode)

@@ -5,28 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import mindspore as ms
 import numpy as np
 import torch
-from mindspore import Tensor
+from mindspore import Tensor, nn
 from torch.export import Dim
 
 from .module import TorchModule
+from .primitive import AtenFunction
+from .structure import LEAVES, Node, build
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-
-class StaticCacheLM(torch.nn.Module):
-    """transformers' static-cache wrapper called as forward(input_ids, cache_position): its own
-    forward has inputs_embeds between the two, which positional example inputs would fill. (The
-    program and its messages are named after this class.)"""
-
-    def __init__(self, wrapper: torch.nn.Module) -> None:
-        super().__init__()
-        self.wrapper = wrapper
-
-    def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
-        return self.wrapper(input_ids=input_ids, cache_position=cache_position)
 
 
 class CausalLM(TorchModule):
@@ -35,7 +25,9 @@ class CausalLM(TorchModule):
     exports), its keys and values non-trainable Parameters the program writes at
     `cache_position`. One capture, with the sequence dim dynamic from 1 to max_cache_len, runs
     the prompt and every later token; the cache needs no reset between generations, since the
-    positions say where to write and which entries to attend to.
+    positions say where to write and which entries to attend to. The attention reads the
+    cache's first `cache_position[-1] + 1` positions only (static_cache.PrefixLayer): construct
+    hands the program a third input of that length.
 
     Refused before the program runs, in both modes: a batch size other than the cache's, and a
     cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error would leave the
@@ -55,6 +47,8 @@ class CausalLM(TorchModule):
                  compile: bool | Mapping[str, Any] = False):
         from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
+        from .static_cache import StaticCacheLM
+
         if max_cache_len < 2 or batch_size < 1:
             raise ValueError(f"ms_aten.causal_lm: max_cache_len must be at least 2 and "
                              f"batch_size at least 1; got {max_cache_len}, {batch_size}")
@@ -69,6 +63,8 @@ class CausalLM(TorchModule):
             config.cache_implementation, config.use_cache = saved
         self.max_cache_len = max_cache_len
         self.batch_size = batch_size
+        # construct's `attended` input is a prefix of these.
+        self._positions = Tensor(np.arange(max_cache_len, dtype=np.int64))
         seq = Dim("seq", min=1, max=max_cache_len)
         # The wrapper in the model's mode: a new Module is in train mode, and capturing it
         # would set the whole tree to that mode, the model with it (dropout on).
@@ -76,8 +72,11 @@ class CausalLM(TorchModule):
         # A prompt of 2 tokens: an example of size 1 would specialize the sequence dim to 1.
         # Strict capture: non-strict export sees the cache's tensors (held by StaticCache, not
         # a Module) as constants, and its run_decompositions fails on their writes.
-        super().__init__(step, (torch.zeros(batch_size, 2, dtype=torch.long), torch.arange(2)),
-                         dynamic_shapes=({1: seq}, {0: seq}), strict=True, compile=compile)
+        super().__init__(step, (torch.zeros(batch_size, 2, dtype=torch.long), torch.arange(2),
+                                torch.arange(2)),
+                         dynamic_shapes=({1: seq}, {0: seq},
+                                         {0: Dim("attended", min=1, max=max_cache_len)}),
+                         strict=True, compile=compile)
         self._where = f"ms_aten.causal_lm({type(model).__name__})"
 
     def check(self, input_ids: Tensor, cache_position: Tensor) -> None:
@@ -97,12 +96,31 @@ class CausalLM(TorchModule):
                              f"outside the cache (max_cache_len={self.max_cache_len}: positions "
                              f"0 to {self.max_cache_len - 1})")
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, input_ids: Tensor, cache_position: Tensor) -> Tensor:
         # Before MindSpore's call, which in GRAPH mode goes straight to the compiled graph;
-        # a call from inside another graph is compiled into it and is not checked here.
-        if len(args) == 2 and not kwargs:
-            self.check(*args)
-        return super().__call__(*args, **kwargs)
+        # a call from inside another graph (ms_aten.generate's loop) is compiled into it and is
+        # not checked here.
+        self.check(input_ids, cache_position)
+        return build(self._nodes, nn.Cell.__call__(self, input_ids, cache_position,
+                                                   **{LEAVES: True}))
+
+    def _use(self, function: AtenFunction, nodes: tuple[Node, ...]) -> None:
+        super()._use(function, nodes)
+        # The cell's callers give two inputs; construct makes the third.
+        self.set_inputs(Tensor(shape=[self.batch_size, None], dtype=ms.int64),
+                        Tensor(shape=[None], dtype=ms.int64))
+
+    def _check_construct_args(self, *args) -> None:
+        # A GRAPH-mode call's sizes against the capture's ranges (ProgramCell's check), the
+        # `attended` input construct makes unknown here (-1): check() has kept it in range.
+        nn.Cell._check_construct_args(self, *args)
+        self._function.output_shapes([*self._weight_shapes, *(list(x.shape) for x in args[:2]),
+                                      [-1]])
+
+    def construct(self, input_ids, cache_position, **kwargs):
+        attended = self._positions[:cache_position[-1] + 1]
+        return self._outputs(self._function(*self.weights, input_ids, cache_position, attended),
+                             kwargs)
 
 
 def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *,

@@ -111,3 +111,16 @@ def torch_loss(kind: str, out: torch.Tensor, target: torch.Tensor) -> torch.Tens
     if kind == "class":
         return nn.functional.cross_entropy(out, target)
     return nn.functional.mse_loss(out, target)
+
+
+class WithLoss(nn.Module):
+    """A model and its loss as one torch module, forward(x, target) -> the loss: captured by
+    ms_aten.module, the loss runs in ATen inside the program instead of in MindSpore."""
+
+    def __init__(self, model: nn.Module, kind: str):
+        super().__init__()
+        self.model = model
+        self.kind = kind
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return torch_loss(self.kind, logits(self.model(x)), target)

@@ -13,6 +13,9 @@ and data. Routes, as users run them:
   MindSpore's nn.Adam and with ms_aten.optim.Adam; each optimizer's update alone, jitted, on
   gradients already computed.
 - PYNATIVE: `cell(x)`; `ms.value_and_grad` unjitted; the training step with either optimizer.
+- The loss in the program: the model and its loss captured as one torch module
+  (tests/models.WithLoss), so that the loss runs in ATen instead of in MindSpore (LossCell):
+  its jitted forward+backward, and its training step with ms_aten.optim.Adam.
 Every call ends with MindSpore's executor sync. Before anything is timed, every route is checked
 against torch eager's results from a process of its own (models/reference.py): the logits, the
 loss and every gradient, and the weights after one step against torch.optim.Adam with
@@ -31,7 +34,6 @@ from pathlib import Path
 
 import mindspore as ms
 import numpy as np
-import torch
 from mindspore import context, nn
 
 import ms_aten
@@ -122,10 +124,29 @@ class Bench:
         self.names = [p.name for p in self.cell.trainable_params()]
         self.initial = [p.asnumpy().copy() for p in self.cell.trainable_params()]
         self.grad_scale = max(np.abs(g).max() for g in self.reference.grads.values())
+        self._with_loss: nn.Cell | None = None
 
     def restore(self) -> None:
-        for param, value in zip(self.cell.trainable_params(), self.initial, strict=True):
-            param.set_data(ms.Tensor(value))
+        """Every Cell's weights back to the initial ones (a step changed them)."""
+        for cell in (self.cell, self._with_loss):
+            for param, value in zip(cell.trainable_params() if cell else (), self.initial,
+                                    strict=False):
+                param.set_data(ms.Tensor(value))
+
+    def with_loss(self) -> nn.Cell:
+        """The model and its loss captured as one program (models.WithLoss): a second capture
+        over the same torch weights, made at its first use; its weights are the model's, named
+        under "model."."""
+        if self._with_loss is None:
+            c = self.case
+            # In the model's mode: a new Module is in train mode, and the capture sets the tree.
+            model = models.WithLoss(c.module, c.loss).train(c.module.training)
+            self._with_loss = ms_aten.module(model, (*c.inputs, c.target))
+            names = [p.name.removeprefix("model.") for p in
+                     self._with_loss.trainable_params()]
+            if names != self.names:
+                raise AssertionError("the loss program's weights are not the model's")
+        return self._with_loss
 
     def check_logits(self, out) -> None:
         close(models.logits(out).asnumpy(), self.reference.logits, "logits")
@@ -137,15 +158,15 @@ class Bench:
             close(grad.asnumpy(), self.reference.grads[name], f"gradient of {name}", rtol=1e-3,
                   scale=self.grad_scale)
 
-    def check_adam_step(self, _out, exact: bool = False) -> None:
+    def check_adam_step(self, _out, exact: bool = False, cell: nn.Cell | None = None) -> None:
         """One step from the initial weights changed them as torch's Adam does (with MindSpore's
-        epsilon placement, unless `exact`: ms_aten.optim's is torch's); the weights go back to
-        the initial ones after the check. Adam divides by sqrt(v): where a gradient is rounding
-        noise (below 1e-6 of the largest), its update follows the noise, so those elements are
-        left out (as in tests/test_optim.py)."""
+        epsilon placement, unless `exact`: ms_aten.optim's is torch's) in `cell` (default: the
+        model's); the weights go back to the initial ones after the check. Adam divides by
+        sqrt(v): where a gradient is rounding noise (below 1e-6 of the largest), its update
+        follows the noise, so those elements are left out (as in tests/test_optim.py)."""
         deltas = self.reference.torch_adam_delta if exact else self.reference.adam_delta
-        for name, param, initial in zip(self.names, self.cell.trainable_params(), self.initial,
-                                        strict=True):
+        for name, param, initial in zip(self.names, (cell or self.cell).trainable_params(),
+                                        self.initial, strict=True):
             signal = np.abs(self.reference.grads[name]) > 1e-6 * self.grad_scale
             # Within 1 % of lr, an update's size.
             close((param.asnumpy() - initial)[signal], deltas[name][signal],
@@ -154,6 +175,9 @@ class Bench:
 
     def check_torch_adam_step(self, out) -> None:
         self.check_adam_step(out, exact=True)
+
+    def check_program_loss_step(self, out) -> None:
+        self.check_adam_step(out, exact=True, cell=self.with_loss())
 
     def routes(self) -> dict[str, Route]:
         cell, x, target = self.cell, self.x, self.target
@@ -176,6 +200,11 @@ class Bench:
             "PYNATIVE forward cell(x)": Route(PYNATIVE, lambda: cell(x), self.check_logits),
             "PYNATIVE forward+backward": Route(PYNATIVE, lambda: grad_fn(x, target),
                                                self.check_grads),
+            "GRAPH forward+backward, loss in the program": Route(
+                GRAPH, self.loss_in_program(None), self.check_grads),
+            "GRAPH step ms_aten.optim.Adam, loss in the program": Route(
+                GRAPH, self.loss_in_program(lambda params: ms_aten.optim.Adam(
+                    params, lr=LR, betas=BETAS, eps=EPS)), self.check_program_loss_step),
         }
         optimizers = {  # name -> (a new optimizer, its check)
             "nn.Adam": (lambda: nn.Adam(params, learning_rate=LR, beta1=BETAS[0],
@@ -209,6 +238,30 @@ class Bench:
                 def grad_jit(tokens, labels):
                     return grad_fn(tokens, labels)
                 jitted.append(grad_jit)
+            return jitted[0](self.x, self.target)
+        return run
+
+    def loss_in_program(self, make_optimizer: Callable[[list], nn.Optimizer] | None
+                        ) -> Callable[[], object]:
+        """The jitted forward+backward of with_loss() (the loss and every gradient), or with an
+        optimizer its training step (the loss); built at the first call."""
+        jitted: list = []
+
+        def run():
+            if not jitted:
+                cell = self.with_loss()
+                params = cell.trainable_params()
+                grad_fn = ms.value_and_grad(cell, None, params)
+                optimizer = make_optimizer(params) if make_optimizer else None
+
+                @ms.jit
+                def call(tokens, labels):
+                    if optimizer is None:
+                        return grad_fn(tokens, labels)
+                    loss, grads = grad_fn(tokens, labels)
+                    optimizer(grads)
+                    return loss
+                jitted.append(call)
             return jitted[0](self.x, self.target)
         return run
 
@@ -268,7 +321,7 @@ def main() -> None:
               "compiled": None if compiled is None else {
                   "seconds": compiled.seconds, "cached": compiled.cached,
                   "training": compiled.training},
-              "fingerprint": fingerprint(torch.from_numpy(bench.reference.logits)),
+              "fingerprint": fingerprint(bench.reference.logits),
               "meta": {**metadata("ms_aten", ms_aten.get_num_threads()),
                        "mindspore": ms.__version__, "ms_aten": ms_aten.__version__},
               "launches": launches}

@@ -45,7 +45,7 @@ def routes(task: Task) -> tuple[dict, float]:
     c = case(task.model)
     module, x, target = c.module, c.inputs[0], c.target
     with torch.no_grad():
-        reference = fingerprint(models.logits(module(x)))
+        reference = fingerprint(models.logits(module(x)).numpy())
     compiled = task.compile == "torch.compile"
     run = torch.compile(module) if compiled else module
 

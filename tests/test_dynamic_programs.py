@@ -191,9 +191,24 @@ def test_a_size_outside_its_range_is_an_error_and_the_next_call_works(mode):
                              r"\[2, 16\]"):
         models.logits(cell(to_ms(too_long))).asnumpy()
     tokens = torch.randint(0, 100, (3, 6))
-    np.testing.assert_allclose(models.logits(cell(to_ms(tokens))).asnumpy(),
-                               models.logits(c.module(tokens)).detach().numpy(),
-                               rtol=1e-4, atol=1e-5)
+    for _ in range(2):  # the second call's sizes are checked from remembered shapes
+        np.testing.assert_allclose(models.logits(cell(to_ms(tokens))).asnumpy(),
+                                   models.logits(c.module(tokens)).detach().numpy(),
+                                   rtol=1e-4, atol=1e-5)
+    with pytest.raises((ValueError, RuntimeError), match=r"is 17, outside its range"):
+        models.logits(cell(to_ms(too_long))).asnumpy()
+
+
+def test_remembered_output_shapes_are_the_library_s_and_the_caller_s_own():
+    c = case("gpt2")
+    cell = ms_aten.module(copy.deepcopy(c.module), c.inputs, dynamic_shapes=TOKENS)
+    shapes = [*(list(p.shape) for p in cell.weights), [3, 6]]
+    first = cell.primitive.output_shapes(shapes)
+    assert first[0] == [3, 6, 100]  # the logits
+    first[0][0] = -7  # a caller's change stays the caller's
+    assert cell.primitive.output_shapes(shapes) == cell.primitive.output_shapes(
+        [*shapes[:-1], [3, 6]])
+    assert cell.primitive.output_shapes(shapes)[0] == [3, 6, 100]
 
 
 @pytest.mark.parametrize("mode", ["graph", "pynative"])

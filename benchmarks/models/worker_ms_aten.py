@@ -128,9 +128,8 @@ class Bench:
 
     def restore(self) -> None:
         """Every Cell's weights back to the initial ones (a step changed them)."""
-        for cell in (self.cell, self._with_loss):
-            for param, value in zip(cell.trainable_params() if cell else (), self.initial,
-                                    strict=False):
+        for cell in filter(None, (self.cell, self._with_loss)):
+            for param, value in zip(cell.trainable_params(), self.initial, strict=True):
                 param.set_data(ms.Tensor(value))
 
     def with_loss(self) -> nn.Cell:

@@ -147,6 +147,43 @@ def test_the_cache_serves_a_second_cell_and_a_new_signature_compiles(cache_dir):
     assert compiled_cell(other, cache_dir).program.compiled.key not in keys
 
 
+def _two_graphs() -> dict[str, tuple[torch.fx.GraphModule, list[torch.Tensor]]]:
+    """Two small graphs to build, as a training compile has its forward and backward."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x, w = torch.randn(4, 6), torch.randn(6, 3)
+    return {"forward": (make_fx(lambda a, b: (torch.tanh(a @ b),), tracing_mode="fake")(x, w),
+                        [x, w]),
+            "backward": (make_fx(lambda a: (torch.nn.functional.gelu(a) * 2,),
+                                 tracing_mode="fake")(x), [x])}
+
+
+def _run_library(path, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    return torch._C._aoti.AOTIModelContainerRunnerCpu(str(path), 1).run(inputs)
+
+
+@pytest.mark.parametrize("second_process", ["works", "fails"])
+def test_two_libraries_build_at_once_and_a_failed_second_process_builds_here(
+        second_process, tmp_path, monkeypatch, caplog):
+    """aot_build.aot_compile_all: the forward in a second process while this one builds the
+    backward; if that process fails (here: its interpreter exits 1 at once), the forward is built
+    here after the backward, as right. Nothing but the two libraries' folders is left."""
+    from ms_aten.programs import aot_build
+
+    if second_process == "fails":
+        monkeypatch.setattr(aot_build.sys, "executable", "/bin/false")
+    graphs = _two_graphs()
+    with caplog.at_level("INFO", logger="ms_aten"):
+        built = aot_build.aot_compile_all(graphs, tmp_path)
+    fell_back = [r for r in caplog.records if "second process failed" in r.getMessage()]
+    assert len(fell_back) == (second_process == "fails")
+    assert built == {"forward": "forward/forward.so", "backward": "backward/backward.so"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backward", "forward"]
+    for name, (gm, inputs) in graphs.items():
+        got = _run_library(tmp_path / built[name], inputs)
+        torch.testing.assert_close(got[0], gm(*inputs)[0], rtol=1e-5, atol=1e-6)
+
+
 def test_dynamic_shapes_compile_for_inference(mode, cache_dir):
     """One inference library for every batch size the Dim allows; the range is still checked
     before anything runs."""

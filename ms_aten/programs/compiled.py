@@ -11,7 +11,8 @@ the autograd node the op records.
   (`torch._inductor.aot_compile`).
 - Training (train mode, or `compile={"training": True}`): the joint forward-backward graph traced
   with make_fx and split by AOTAutograd's min-cut partitioner (what torch.compile does), each
-  half compiled; the forward's saved tensors go to the backward in the op's autograd node.
+  half compiled, the forward in a second process meanwhile (aot_build.py); the forward's saved
+  tensors go to the backward in the op's autograd node.
 - Weights and buffers are inputs of the compiled code, never constants in it: MindSpore trains
   them and a checkpoint loads them.
 - Compiled libraries are cached on disk under a key of the graph, its inputs' shapes and dtypes,
@@ -50,6 +51,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind
 
 from ..native import library
 from ..native.threads import get_num_threads
+from . import aot_build
 
 LOG = logging.getLogger("ms_aten")
 # A compile that takes longer than this is logged as a warning (an info line otherwise).
@@ -323,25 +325,11 @@ def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
     return Compiled(key, directory, training, cached, seconds)
 
 
-def _aot_compile(gm: torch.fx.GraphModule, examples: list[torch.Tensor], directory: Path,
-                 name: str) -> str:
-    """Compiles gm into directory/name/name.so, the generated C++ beside it; returns the .so's
-    path relative to `directory`."""
-    folder = directory / name
-    folder.mkdir()
-    torch._inductor.aot_compile(gm, tuple(examples),
-                                options={"aot_inductor.output_path": str(folder / f"{name}.so")})
-    # The custom ops the code calls through AOTInductor's proxy executor are described in a
-    # JSON file, which the runner looks for beside the .so, under its name.
-    for described in folder.glob("*.wrapper.json"):
-        described.rename(folder / f"{name}.json")
-    return f"{name}/{name}.so"
-
-
 def _compile_inference(graph: _Graph, directory: Path) -> list[str]:
     in_place = graph.in_place(training=False)
     with torch.no_grad():
-        so = _aot_compile(graph.module(in_place), graph.examples(), directory, "inference")
+        so = aot_build.aot_compile(graph.module(in_place), graph.examples(), directory,
+                                   "inference")
     writes = [f"writes {','.join(str(i) for i, _ in graph.writes)}"] if in_place else []
     return [f"inference {so}", *writes]
 
@@ -403,9 +391,10 @@ def _compile_training(graph: _Graph, directory: Path) -> list[str]:
     backward.graph.output_node().args = (tuple(g for g in grads if g is not None),)
     backward.recompile()
     with torch.no_grad():
-        forward_so = _aot_compile(forward, [p.detach() for p in primals], directory, "forward")
-        backward_so = _aot_compile(backward, backward_examples, directory, "backward")
-    return [f"forward {forward_so} {n_outputs}", f"backward {backward_so}",
+        built = aot_build.aot_compile_all({
+            "forward": (forward, [p.detach() for p in primals]),
+            "backward": (backward, backward_examples)}, directory)
+    return [f"forward {built['forward']} {n_outputs}", f"backward {built['backward']}",
             f"differentiates {','.join(str(i) for i, d in enumerate(differentiates) if d)}",
             f"tangents {','.join(str(k) for k, g in enumerate(has_grad) if g)}",
             f"backward_inputs {','.join(backward_inputs)}",

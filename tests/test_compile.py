@@ -162,21 +162,26 @@ def _run_library(path, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     return torch._C._aoti.AOTIModelContainerRunnerCpu(str(path), 1).run(inputs)
 
 
-@pytest.mark.parametrize("second_process", ["works", "fails"])
+@pytest.mark.parametrize("interpreter, fallback", [
+    (None, None), ("/bin/false", "second process failed"),
+    ("/nonexistent/python", "is built after the others")], ids=["works", "fails", "no-start"])
 def test_two_libraries_build_at_once_and_a_failed_second_process_builds_here(
-        second_process, tmp_path, monkeypatch, caplog):
+        interpreter, fallback, tmp_path, monkeypatch, caplog):
     """aot_build.aot_compile_all: the forward in a second process while this one builds the
-    backward; if that process fails (here: its interpreter exits 1 at once), the forward is built
-    here after the backward, as right. Nothing but the two libraries' folders is left."""
+    backward; if that process fails (its interpreter exits 1 at once) or does not start, the
+    forward is built here after the backward, as right. Nothing but the two libraries' folders
+    is left."""
     from ms_aten.programs import aot_build
 
-    if second_process == "fails":
-        monkeypatch.setattr(aot_build.sys, "executable", "/bin/false")
+    if interpreter is not None:
+        monkeypatch.setattr(aot_build.sys, "executable", interpreter)
     graphs = _two_graphs()
     with caplog.at_level("INFO", logger="ms_aten"):
         built = aot_build.aot_compile_all(graphs, tmp_path)
-    fell_back = [r for r in caplog.records if "second process failed" in r.getMessage()]
-    assert len(fell_back) == (second_process == "fails")
+    logged = [m for m in (r.getMessage() for r in caplog.records if r.name == "ms_aten")
+              if "built here" in m or "built after" in m]
+    assert len(logged) == (fallback is not None)
+    assert fallback is None or fallback in logged[0]
     assert built == {"forward": "forward/forward.so", "backward": "backward/backward.so"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["backward", "forward"]
     for name, (gm, inputs) in graphs.items():

@@ -72,21 +72,23 @@ class _Build:
     @classmethod
     def start(cls, gm: torch.fx.GraphModule, examples: list[torch.Tensor], directory: Path,
               name: str) -> _Build | None:
-        """The build started, or None (logged) if the graph cannot be handed over."""
+        """The build started, or None (logged) if the graph cannot be handed over or no
+        process starts."""
         request = directory / f"{name}.request.pt"
         try:
             torch.save({"graph": gm, "config": torch._inductor.config.save_config_portable(),
                         "examples": [(tuple(x.shape), tuple(x.stride()),
                                       str(x.dtype).removeprefix("torch.")) for x in examples]},
                        request)
-        except Exception as error:  # noqa: BLE001  (whatever pickling a graph raises)
+            with (directory / f"{name}.log").open("wb") as log:
+                process = subprocess.Popen([sys.executable, "-P", __file__, str(request),
+                                            str(directory), name],
+                                           stdout=log, stderr=subprocess.STDOUT)
+        except Exception as error:  # noqa: BLE001  (whatever pickling a graph raises; OSError)
             LOG.info("ms_aten: %s is built after the others: %s", name, error)
             request.unlink(missing_ok=True)
+            (directory / f"{name}.log").unlink(missing_ok=True)
             return None
-        with (directory / f"{name}.log").open("wb") as log:
-            process = subprocess.Popen([sys.executable, "-P", __file__, str(request),
-                                        str(directory), name],
-                                       stdout=log, stderr=subprocess.STDOUT)
         return cls(process, directory, name)
 
     def result(self) -> str | None:
@@ -125,7 +127,7 @@ def _zeros(shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) 
 
 
 def _main(request: str, directory: str, name: str) -> None:
-    spec = torch.load(request, weights_only=False)  # written by Build, in this user's folder
+    spec = torch.load(request, weights_only=False)  # written by _Build, in this user's folder
     torch._inductor.config.load_config(spec["config"])
     examples = [_zeros(shape, stride, getattr(torch, dtype))
                 for shape, stride, dtype in spec["examples"]]

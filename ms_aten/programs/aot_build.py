@@ -4,8 +4,8 @@ A training compile builds two libraries, the forward's and the backward's, and m
 build is g++ compiling AOTInductor's C++ wrapper: 6.6 and 8.8 s of GPT-2 medium's 25 s
 (4 layers; 5.7 and 6.8 s for a 2-layer GPT-2: the wrapper's runtime headers, not the model,
 take the time). Inductor cannot build two graphs at once in one process (`aot_compile` patches
-its process-wide config, the output path included), so `start` builds one graph in a second
-process while this one builds the other, and the two builds share the machine's cores.
+its process-wide config, the output path included), so `aot_compile_all` builds one graph in a
+second process while this one builds the other, and the two builds share the machine's cores.
 
 The second process runs this file as a script, `python -P`: it imports torch and nothing of
 ms_aten, MindSpore or this folder. It gets the graph pickled, Inductor's config as this process
@@ -64,40 +64,43 @@ def aot_compile_all(graphs: dict[str, tuple[torch.fx.GraphModule, list[torch.Ten
 
 
 class _Build:
-    """aot_compile(gm, examples, directory, name) running in a process of its own."""
+    """aot_compile(gm, examples, directory, name) running in a process of its own: its request
+    (the pickled graph) and its output log lie in `directory` while it runs."""
 
-    def __init__(self, process: subprocess.Popen, directory: Path, name: str) -> None:
-        self.process, self.directory, self.name = process, directory, name
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory, self.name = directory, name
+        self.request = directory / f"{name}.request.pt"
+        self.log = directory / f"{name}.log"
+        self.process: subprocess.Popen | None = None
 
     @classmethod
     def start(cls, gm: torch.fx.GraphModule, examples: list[torch.Tensor], directory: Path,
               name: str) -> _Build | None:
         """The build started, or None (logged) if the graph cannot be handed over or no
         process starts."""
-        request = directory / f"{name}.request.pt"
+        build = cls(directory, name)
         try:
             torch.save({"graph": gm, "config": torch._inductor.config.save_config_portable(),
                         "examples": [(tuple(x.shape), tuple(x.stride()),
                                       str(x.dtype).removeprefix("torch.")) for x in examples]},
-                       request)
-            with (directory / f"{name}.log").open("wb") as log:
-                process = subprocess.Popen([sys.executable, "-P", __file__, str(request),
-                                            str(directory), name],
-                                           stdout=log, stderr=subprocess.STDOUT)
+                       build.request)
+            with build.log.open("wb") as log:
+                build.process = subprocess.Popen(
+                    [sys.executable, "-P", __file__, str(build.request), str(directory), name],
+                    stdout=log, stderr=subprocess.STDOUT)
         except Exception as error:  # noqa: BLE001  (whatever pickling a graph raises; OSError)
             LOG.info("ms_aten: %s is built after the others: %s", name, error)
-            request.unlink(missing_ok=True)
-            (directory / f"{name}.log").unlink(missing_ok=True)
+            build.close()
             return None
-        return cls(process, directory, name)
+        return build
 
     def result(self) -> str | None:
         """The .so's path relative to the directory once the build is done; None (logged, and
         its folder cleared) if it failed."""
+        assert self.process is not None  # start() returns only started builds
         code = self.process.wait()
-        log = self.directory / f"{self.name}.log"
-        output = log.read_text(errors="replace")
-        log.unlink()
+        output = self.log.read_text(errors="replace")
+        self.log.unlink()
         if code != 0:
             tail = "\n".join(output.strip().splitlines()[-5:])
             LOG.info("ms_aten: building %s in a second process failed (exit code %d), it is "
@@ -107,11 +110,14 @@ class _Build:
         return f"{self.name}/{self.name}.so"
 
     def close(self) -> None:
-        """Stops the build if it still runs (this process gave up first); removes its request."""
-        if self.process.poll() is None:
+        """Stops the build if it still runs (this process gave up first); removes its request,
+        and its log unless result() read it."""
+        if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-        (self.directory / f"{self.name}.request.pt").unlink(missing_ok=True)
+        self.request.unlink(missing_ok=True)
+        if self.process is None:
+            self.log.unlink(missing_ok=True)
 
 
 def separable(gm: torch.fx.GraphModule) -> bool:

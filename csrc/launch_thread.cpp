@@ -13,9 +13,11 @@
 #include <mutex>
 #include <thread>
 
-// OpenMP 5.0 (libgomp since GCC 9, LLVM's libomp): weak, so that the library still loads
-// against an OpenMP runtime without it.
+// The OpenMP runtime torch loaded (libgomp, or LLVM's libomp): weak, so that the library still
+// loads against a torch without OpenMP (omp_pause_resource_all is OpenMP 5.0: GCC 9 and later).
 extern "C" int omp_pause_resource_all(int kind) __attribute__((weak));
+extern "C" int omp_get_max_threads() __attribute__((weak));
+extern "C" void omp_set_num_threads(int n) __attribute__((weak));
 
 namespace ms_aten {
 namespace {
@@ -109,8 +111,34 @@ void run_on_launch_thread(const std::function<void()>& work) {
   thread.run(task);
 }
 
+namespace {
+// Holds OpenMP to one thread on the calling thread while it lives. ATen's OpenMP build ignores
+// c10::ParallelGuard (its at::in_parallel_region() is omp_in_parallel()), and a loop with a
+// small grain (_fused_adam_ splits over its tensors, grain 0) would open a team on MindSpore's
+// thread. at::get_num_threads() first: it runs ATen's once-per-thread initialisation, which
+// would otherwise set the thread's count back at the first parallel loop.
+class OneOpenMPThread {
+ public:
+  OneOpenMPThread() {
+    if (omp_get_max_threads == nullptr || omp_set_num_threads == nullptr) return;
+    at::get_num_threads();
+    saved_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+  }
+  ~OneOpenMPThread() {
+    if (saved_ > 0) omp_set_num_threads(saved_);
+  }
+  OneOpenMPThread(const OneOpenMPThread&) = delete;
+  OneOpenMPThread& operator=(const OneOpenMPThread&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+}  // namespace
+
 void run_inline(const std::function<void()>& work) {
-  c10::ParallelGuard guard(true);
+  OneOpenMPThread one_thread;
+  c10::ParallelGuard guard(true);  // the same for ATen's own thread pool (a build without OpenMP)
   work();
 }
 

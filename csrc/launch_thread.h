@@ -22,7 +22,8 @@ namespace ms_aten {
 // thread itself it simply runs `work`.
 void run_on_launch_thread(const std::function<void()>& work);
 
-// Runs `work` on the calling thread with ATen's parallel loops kept on it (c10::ParallelGuard).
+// Runs `work` on the calling thread with ATen's parallel loops kept on it: no OpenMP team is
+// opened there.
 void run_inline(const std::function<void()>& work);
 
 // Whether a kernel with these buffers is too small for ATen to split: every buffer holds fewer

@@ -152,3 +152,45 @@ def test_a_capture_releases_its_thread_s_idle_openmp_team():
     started, left, same = done.stdout.split()[-3:]
     assert int(started) >= 1  # the team's worker, with 2 threads
     assert int(left) == 0 and same == "True", done.stdout
+
+
+# Work too small to split whose ATen loop still asks for threads: _fused_adam_ splits over its
+# tensors (grain 0), 8 of 64 x 64 here. Inline on MindSpore's thread, it must open no OpenMP
+# team there (a team's workers are new threads, named as the thread that opened it).
+SMALL_LOOP = """
+import os, sys, time
+import torch, ms_aten
+import mindspore as ms
+from mindspore import Parameter
+ms.set_device("CPU")
+ms.set_context(mode=getattr(ms, sys.argv[1] + "_MODE"))
+
+def threads():
+    return set(os.listdir("/proc/self/task"))
+
+@ms.jit
+def warm(a):
+    return a + 1
+warm(ms.Tensor(1.0)).asnumpy()  # MindSpore's own graph threads start here
+params = [Parameter(ms_aten.to_ms(torch.randn(64, 64)), name=f"p{i}") for i in range(8)]
+adam = ms_aten.optim.Adam(params, lr=1e-3)
+grads = tuple(ms_aten.to_ms(torch.randn(64, 64)) for _ in range(8))
+before = threads()
+for _ in range(3):
+    adam(grads)
+params[0].asnumpy()
+time.sleep(0.2)
+print(len(threads() - before))
+"""
+
+
+@pytest.mark.parametrize("mode_name", ["GRAPH", "PYNATIVE"])
+def test_small_work_with_a_parallel_loop_opens_no_team_on_mindspore_s_thread(mode_name, tmp_path):
+    script = tmp_path / "small_loop.py"  # MindSpore compiles functions from source files only
+    script.write_text(SMALL_LOOP)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    env["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])
+    done = subprocess.run([sys.executable, str(script), mode_name], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "0", done.stdout

@@ -110,14 +110,13 @@ class _Build:
         return f"{self.name}/{self.name}.so"
 
     def close(self) -> None:
-        """Stops the build if it still runs (this process gave up first); removes its request,
-        and its log unless result() read it."""
+        """Stops the build if it still runs (this process gave up first); removes its request
+        and its log (result() has removed a log it read)."""
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
         self.request.unlink(missing_ok=True)
-        if self.process is None:
-            self.log.unlink(missing_ok=True)
+        self.log.unlink(missing_ok=True)
 
 
 def separable(gm: torch.fx.GraphModule) -> bool:

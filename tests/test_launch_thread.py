@@ -73,17 +73,24 @@ print(json.dumps(spent))
 """
 
 
+def run_fresh(args: list[str], unset: tuple[str, ...], timeout: int) -> str:
+    """python `args` in a fresh process with this ms_aten on its path and the variables `unset`
+    out of its environment; its standard output, once it has succeeded."""
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])  # this ms_aten, not another
+    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 def cpu_seconds_by_phase(order: str, folder: Path) -> dict[str, list[float]]:
     """{phase: [CPU seconds on the launch thread and its OpenMP workers, on all threads]}."""
     script = folder / "work.py"  # MindSpore compiles Cells from source files only
     script.write_text(WORK)
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    env["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])  # this ms_aten, not another
     tests = str(Path(__file__).parent)
-    done = subprocess.run([sys.executable, str(script), order, tests], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_fresh([str(script), order, tests], unset=("OMP_WAIT_POLICY",), timeout=600)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("order", ["torch first", "ms_aten first"])
@@ -144,14 +151,10 @@ print(len(workers), len(left), bool(torch.equal(again, expected)))
 
 
 def test_a_capture_releases_its_thread_s_idle_openmp_team():
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-    env["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])
-    done = subprocess.run([sys.executable, "-c", TEAM], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    started, left, same = done.stdout.split()[-3:]
+    out = run_fresh(["-c", TEAM], unset=("OMP_WAIT_POLICY", "OMP_NUM_THREADS"), timeout=300)
+    started, left, same = out.split()[-3:]
     assert int(started) >= 1  # the team's worker, with 2 threads
-    assert int(left) == 0 and same == "True", done.stdout
+    assert int(left) == 0 and same == "True", out
 
 
 # Work too small to split whose ATen loop still asks for threads: _fused_adam_ splits over its
@@ -188,9 +191,6 @@ print(len(threads() - before))
 def test_small_work_with_a_parallel_loop_opens_no_team_on_mindspore_s_thread(mode_name, tmp_path):
     script = tmp_path / "small_loop.py"  # MindSpore compiles functions from source files only
     script.write_text(SMALL_LOOP)
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-    env["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])
-    done = subprocess.run([sys.executable, str(script), mode_name], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split()[-1] == "0", done.stdout
+    out = run_fresh([str(script), mode_name], unset=("OMP_WAIT_POLICY", "OMP_NUM_THREADS"),
+                    timeout=300)
+    assert out.split()[-1] == "0", out

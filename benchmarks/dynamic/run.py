@@ -34,16 +34,19 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import workers
+from benchmarks.dynamic.workloads import PROMPT, TOKENS
 
 TORCH, MS_ATEN = "benchmarks.dynamic.worker_torch", "benchmarks.dynamic.worker_ms_aten"
 WORKLOADS = ("decode", "train")
 ROUTES = [(mode, shapes) for shapes in ("dynamic", "static") for mode in ("graph", "pynative")]
 FIGURES = ("total_s", "first_call_s", "after_first_ms", "steady_ms")
+# A smoke run decodes 4 tokens, not 32: the static routes capture once per length.
+QUICK_TOKENS = PROMPT + 4
 
 
-def worker(job: tuple[str, ...], warm: int) -> dict:
+def worker(job: tuple[str, ...], warm: int, tokens: int) -> dict:
     side, workload, *route = job
-    arguments = ["--workload", workload, "--warm", str(warm)]
+    arguments = ["--workload", workload, "--warm", str(warm), "--tokens", str(tokens)]
     if side == "torch":
         return workers.run(TORCH, arguments)
     mode, shapes = route
@@ -65,13 +68,13 @@ def median_figures(results: list[dict]) -> dict:
     return entry
 
 
-def bench(processes: int, warm: int) -> dict:
+def bench(processes: int, warm: int, tokens: int) -> dict:
     jobs = [("torch", w) for w in WORKLOADS] + [("ms_aten", w, *r) for w in WORKLOADS
                                                 for r in ROUTES]
     runs: dict[tuple[str, ...], list[dict]] = {job: [] for job in jobs}
     for job in workers.schedule(jobs, processes):
         started = time.perf_counter()
-        runs[job].append(worker(job, warm))
+        runs[job].append(worker(job, warm, tokens))
         result = runs[job][-1]
         print(f"  {' '.join(job):30} total {result['total_s']:8.2f} s, steady "
               f"{result['steady_ms']:8.2f} ms/item ({time.perf_counter() - started:.0f} s)",
@@ -130,7 +133,8 @@ def write_markdown(results: Path) -> Path:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="one process per job, one warm run (a smoke run)")
+                        help="one process per job, one warm run, decoding to "
+                        f"{QUICK_TOKENS} tokens (a smoke run)")
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per job")
     # A GRAPH training loop runs slower for its first seconds after compiling (issue 26's note:
     # MindSpore's yielding thread pool beside ATen's spinning workers on 2 cores): more warm
@@ -139,11 +143,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
     parser.add_argument("--out", type=Path, help="folder for dynamic.{md,json}")
     args = parser.parse_args(argv)
-    processes, warm = (1, 1) if args.quick else (args.processes, args.warm)
+    processes, warm, tokens = ((1, 1, QUICK_TOKENS) if args.quick
+                               else (args.processes, args.warm, TOKENS))
     started, load_start = time.time(), os.getloadavg()
-    rows = bench(processes, warm)
+    rows = bench(processes, warm, tokens)
     meta = {**workers.machine_meta(started, load_start), "note": args.note,
-            "processes": processes, "warm": warm}
+            "processes": processes, "warm": warm, "tokens": tokens}
     print(report(rows))
     out = args.out or (None if args.quick else workers.RESULTS)
     if out is not None:

@@ -2,7 +2,7 @@
 it; it prints one RESULT line of JSON.
 
     .venv/bin/python -m benchmarks.dynamic.worker_ms_aten --workload decode|train
-        --mode graph|pynative --shapes dynamic|static [--warm 5]
+        --mode graph|pynative --shapes dynamic|static [--warm 5] [--tokens 40]
 
 - dynamic: `ms_aten.module(model, inputs, dynamic_shapes=...)` with a dynamic sequence dim
   (and batch dim, for training): one capture; in GRAPH mode the Cell declares its dynamic dims
@@ -34,7 +34,6 @@ from benchmarks.dynamic.workloads import (
     EPOCHS,
     LR,
     MAX_LENGTH,
-    TOKENS,
     Run,
     arguments,
     batches,
@@ -63,12 +62,12 @@ def capture(workload: str, shapes: str) -> tuple[ms_aten.TorchModule, float]:
     return cell, time.perf_counter() - start
 
 
-def decoder(cell: ms_aten.TorchModule) -> Run:
+def decoder(cell: ms_aten.TorchModule, length: int) -> Run:
     start = to_ms(prompt())
 
     def decode(done: Callable[[], None]) -> list:
         tokens = start
-        while tokens.shape[1] < TOKENS:
+        while tokens.shape[1] < length:
             next_token = ops.argmax(cell(tokens)["logits"][:, -1], dim=-1, keepdim=True)
             tokens = ops.concat([tokens, next_token.astype(tokens.dtype)], axis=1)
             tokens.asnumpy()  # each token is read back, as a generation loop does
@@ -110,12 +109,13 @@ def main() -> None:
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
     cell, setup_s = capture(args.workload, args.shapes)
-    run = (decoder(cell) if args.workload == "decode"
+    run = (decoder(cell, args.tokens) if args.workload == "decode"
            else trainer(cell, args.mode == "graph", args.shapes))
-    result = run_timed(args.workload, run, setup_s, args.warm)
+    n = items(args.workload, args.tokens)
+    result = run_timed(n, run, setup_s, args.warm)
     before = ms_aten.launch_count()
     run(ms_sync)
-    result["launches_per_item"] = (ms_aten.launch_count() - before) / items(args.workload)
+    result["launches_per_item"] = (ms_aten.launch_count() - before) / n
     emit({"side": "ms_aten", "mode": args.mode, "shapes": args.shapes, "batch": BATCH,
           "threads": ms_aten.get_num_threads(), **result})
 

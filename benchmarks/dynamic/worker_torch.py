@@ -2,6 +2,7 @@
 dynamic/run.py starts it; it prints one RESULT line of JSON.
 
     .venv/bin/python -m benchmarks.dynamic.worker_torch --workload decode|train [--warm 5]
+        [--tokens 40]
 """
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from benchmarks.common.workers import emit
 from benchmarks.dynamic.workloads import (
     EPOCHS,
     LR,
-    TOKENS,
     Run,
     arguments,
     batches,
+    items,
     model,
     models,
     prompt,
@@ -25,11 +26,11 @@ from benchmarks.dynamic.workloads import (
 )
 
 
-def decoder(module: torch.nn.Module) -> Run:
+def decoder(module: torch.nn.Module, length: int) -> Run:
     def decode(done: Callable[[], None]) -> list:
         tokens = prompt()
         with torch.no_grad():
-            while tokens.shape[1] < TOKENS:
+            while tokens.shape[1] < length:
                 next_token = module(tokens).logits[:, -1].argmax(-1, keepdim=True)
                 tokens = torch.cat([tokens, next_token], dim=1)
                 done()
@@ -57,8 +58,8 @@ def trainer(module: torch.nn.Module) -> Run:
 
 def main() -> None:
     args = arguments(__doc__.splitlines()[0]).parse_args()
-    run = (decoder if args.workload == "decode" else trainer)(model())
-    result = run_timed(args.workload, run, 0.0, args.warm)
+    run = (decoder(model(), args.tokens) if args.workload == "decode" else trainer(model()))
+    result = run_timed(items(args.workload, args.tokens), run, 0.0, args.warm)
     if "mindspore" in sys.modules:
         raise SystemExit("the torch eager worker imported MindSpore: its timings are void")
     emit({"side": "torch", "threads": torch.get_num_threads(), **result})

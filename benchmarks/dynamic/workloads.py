@@ -38,6 +38,8 @@ def arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--workload", choices=WORKLOADS, required=True)
     parser.add_argument("--warm", type=int, default=5,
                         help="runs of the workload timed after the first (default 5)")
+    parser.add_argument("--tokens", type=int, default=TOKENS,
+                        help=f"decode: the length decoded to (default {TOKENS})")
     return parser
 
 
@@ -62,25 +64,24 @@ def batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
-def items(workload: str) -> int:
-    """Calls per run: generated tokens, or training steps."""
-    return TOKENS - PROMPT if workload == "decode" else len(LENGTHS) * EPOCHS
+def items(workload: str, tokens: int) -> int:
+    """Calls per run: generated tokens (decoding to `tokens`), or training steps."""
+    return tokens - PROMPT if workload == "decode" else len(LENGTHS) * EPOCHS
 
 
 Run = Callable[[Callable[[], None]], list]  # a workload run: calls its argument after each item
 
 
-def run_timed(workload: str, run: Run, setup_s: float, warm: int) -> dict:
-    """The first (cold) run of `run`, and `warm` runs after it. `run` synchronizes each item
-    (a generated token, a training step) before it calls the function it is given, and returns
-    what it produced (the tokens, or the losses). Reported: that, from the cold run; its total
-    with `setup_s` (the capture, for ms_aten); its first call (capture and compile happen
-    there); its ms per item after the first; and the steady state, the median over the warm
-    runs of their ms per item."""
+def run_timed(n: int, run: Run, setup_s: float, warm: int) -> dict:
+    """The first (cold) run of `run`, and `warm` runs after it. `run` synchronizes each of its
+    `n` items (generated tokens, training steps) before it calls the function it is given, and
+    returns what it produced (the tokens, or the losses). Reported: that, from the cold run;
+    its total with `setup_s` (the capture, for ms_aten); its first call (capture and compile
+    happen there); its ms per item after the first; and the steady state, the median over the
+    warm runs of their ms per item."""
     stamps: list[float] = []
     start = time.perf_counter()
     produced = run(lambda: stamps.append(time.perf_counter()))
-    n = items(workload)
     assert len(stamps) == n, (len(stamps), n)
     warm_ms = []
     for _ in range(warm):

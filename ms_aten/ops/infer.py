@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+import numpy as np
 from mindspore.common import dtype as mstype
 
 from ..native import dtypes, library
@@ -63,11 +65,20 @@ def flatten_infer_args(args: Sequence[dict]) -> tuple[list[Shape], list[Any]]:
 
 def c_shapes(shapes: Sequence[Sequence[int]]) -> tuple[Any, Any]:
     """(ndims, shapes) as the library's C API takes them."""
+    # All dims in one array and the pointers computed into it, in numpy: a GRAPH-mode call of
+    # a dynamic program converts its weights' shapes too, and a ctypes array and cast per
+    # shape cost 0.12 ms per call for a 4-layer GPT-2's 64 weights.
     n = len(shapes)
-    arrays = [(ctypes.c_int64 * max(len(s), 1))(*s) for s in shapes]
-    pointers = (ctypes.POINTER(ctypes.c_int64) * n)(
-        *[ctypes.cast(a, ctypes.POINTER(ctypes.c_int64)) for a in arrays])
-    return (ctypes.c_int * n)(*map(len, shapes)), pointers
+    ndims = np.fromiter(map(len, shapes), dtype=np.intc, count=n)
+    dims = np.fromiter(itertools.chain.from_iterable(shapes), dtype=np.int64,
+                       count=int(ndims.sum()))
+    starts = np.zeros(n, dtype=np.uintp)
+    np.cumsum(ndims[:-1], out=starts[1:])
+    pointers = (ctypes.POINTER(ctypes.c_int64) * n).from_buffer(
+        (dims.ctypes.data + starts * dims.itemsize).data)
+    # The memory they point into lives as long as they do.
+    pointers.dims = dims  # type: ignore[attr-defined]
+    return (ctypes.c_int * n).from_buffer(ndims.data), pointers
 
 
 def infer_outputs(spec: str, shapes: Sequence[Sequence[int]], ms_dtypes: Sequence[Any],

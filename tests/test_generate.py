@@ -183,6 +183,8 @@ def test_batch_size_and_positions_are_checked_before_anything_runs(model_and_lm,
                                              rf"\(max_cache_len={CACHE}: positions 0 to "
                                              rf"{CACHE - 1}\)"):
             lm(ms_aten.to_ms(prompt[:, :1]), ms_aten.to_ms(torch.tensor([position])))
+    with pytest.raises(ValueError, match=r"cache_position is empty"):
+        lm(ms_aten.to_ms(prompt[:, :0]), ms_aten.to_ms(torch.arange(0)))
     # the Cell, and its compiled graph in GRAPH mode, still work
     logits = lm(ms_aten.to_ms(prompt), ms_aten.to_ms(torch.arange(6))).asnumpy()
     with torch.no_grad():

@@ -5,15 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import mindspore as ms
 import numpy as np
 import torch
 from mindspore import Tensor, nn
 from torch.export import Dim
 
 from .module import TorchModule
-from .primitive import AtenFunction
-from .structure import LEAVES, Node, build
+from .structure import LEAVES, build
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -26,8 +24,9 @@ class CausalLM(TorchModule):
     `cache_position`. One capture, with the sequence dim dynamic from 1 to max_cache_len, runs
     the prompt and every later token; the cache needs no reset between generations, since the
     positions say where to write and which entries to attend to. The attention reads the
-    cache's first `cache_position[-1] + 1` positions only (static_cache.PrefixLayer): construct
-    hands the program a third input of that length.
+    cache's first `cache_position[-1] + 1` positions only (static_cache.PrefixLayer): the
+    program's third input has that length (made on the host for a call from Python, sliced in
+    the graph for one inside another graph).
 
     Refused before the program runs, in both modes: a batch size other than the cache's, and a
     cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error would leave the
@@ -63,8 +62,9 @@ class CausalLM(TorchModule):
             config.cache_implementation, config.use_cache = saved
         self.max_cache_len = max_cache_len
         self.batch_size = batch_size
-        # construct's `attended` input is a prefix of these.
-        self._positions = Tensor(np.arange(max_cache_len, dtype=np.int64))
+        # The program's `attended` input is a prefix of these.
+        self._arange = np.arange(max_cache_len, dtype=np.int64)
+        self._positions = Tensor(self._arange)
         seq = Dim("seq", min=1, max=max_cache_len)
         # The wrapper in the model's mode: a new Module is in train mode, and capturing it
         # would set the whole tree to that mode, the model with it (dropout on).
@@ -82,45 +82,50 @@ class CausalLM(TorchModule):
     def check(self, input_ids: Tensor, cache_position: Tensor) -> None:
         """ValueError, naming the limit, for a batch size other than the cache's or a position
         outside it; `cell(...)` checks this before every call."""
+        self._check(input_ids, _host(cache_position))
+
+    def _check(self, input_ids: Tensor, positions: np.ndarray) -> None:
         if len(input_ids.shape) == 2 and input_ids.shape[0] != self.batch_size:
             raise ValueError(f"{self._where}: input_ids has batch size {input_ids.shape[0]}, "
                              f"but the cache holds batch_size={self.batch_size} (fixed when "
                              f"the cell was made)")
-        positions = cache_position.asnumpy() if isinstance(cache_position, Tensor) else \
-            np.asarray(cache_position)
         if positions.size == 0:
-            return
+            raise ValueError(f"{self._where}: cache_position is empty; it gives the cache "
+                             f"position of each of input_ids' tokens")
         low, high = int(positions.min()), int(positions.max())
         if low < 0 or high >= self.max_cache_len:
             raise ValueError(f"{self._where}: cache_position {low if low < 0 else high} is "
                              f"outside the cache (max_cache_len={self.max_cache_len}: positions "
                              f"0 to {self.max_cache_len - 1})")
 
-    def __call__(self, input_ids: Tensor, cache_position: Tensor) -> Tensor:
+    def __call__(self, input_ids: Tensor, cache_position: Tensor,
+                 attended: Tensor | None = None) -> Tensor:
+        """`attended`: the program's third input, whose length is the cache prefix the step
+        reads (cache_position[-1] + 1); made here from the positions when not given (a given
+        one, as ms_aten.generate's loop passes, is the caller's to get right)."""
         # Before MindSpore's call, which in GRAPH mode goes straight to the compiled graph;
         # a call from inside another graph (ms_aten.generate's loop) is compiled into it and is
         # not checked here.
-        self.check(input_ids, cache_position)
-        return build(self._nodes, nn.Cell.__call__(self, input_ids, cache_position,
+        positions = _host(cache_position)
+        self._check(input_ids, positions)
+        if attended is None:
+            # Made from the positions the check read: construct's slice by cache_position's
+            # value would make a GRAPH-mode call stop mid-graph to read it (about 1 ms per
+            # call, a third of a 4-layer GPT-2's decode step).
+            attended = Tensor.from_numpy(self._arange[:int(positions.reshape(-1)[-1]) + 1])
+        return build(self._nodes, nn.Cell.__call__(self, input_ids, cache_position, attended,
                                                    **{LEAVES: True}))
 
-    def _use(self, function: AtenFunction, nodes: tuple[Node, ...]) -> None:
-        super()._use(function, nodes)
-        # The cell's callers give two inputs; construct makes the third.
-        self.set_inputs(Tensor(shape=[self.batch_size, None], dtype=ms.int64),
-                        Tensor(shape=[None], dtype=ms.int64))
-
-    def _check_construct_args(self, *args) -> None:
-        # A GRAPH-mode call's sizes against the capture's ranges (ProgramCell's check), the
-        # `attended` input construct makes unknown here (-1): check() has kept it in range.
-        nn.Cell._check_construct_args(self, *args)
-        self._function.output_shapes([*self._weight_shapes, *(list(x.shape) for x in args[:2]),
-                                      [-1]])
-
-    def construct(self, input_ids, cache_position, **kwargs):
-        attended = self._positions[:cache_position[-1] + 1]
+    def construct(self, input_ids, cache_position, attended=None, **kwargs):
+        if attended is None:  # a call inside another graph
+            attended = self._positions[:cache_position[-1] + 1]
         return self._outputs(self._function(*self.weights, input_ids, cache_position, attended),
                              kwargs)
+
+
+def _host(cache_position: Tensor | np.ndarray) -> np.ndarray:
+    return cache_position.asnumpy() if isinstance(cache_position, Tensor) else \
+        np.asarray(cache_position)
 
 
 def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *,

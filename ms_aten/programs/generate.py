@@ -47,7 +47,11 @@ class DecodeLoop(nn.Cell):
                             ([], ms.int64), ([], ms.int64)]))
 
     def construct(self, input_ids, positions, steps, draws, temperature, top_k, top_p, eos, pad):
-        logits = self.lm(input_ids, positions)[:, -1]
+        # The program's `attended` input (the cache prefix the step reads, positions 0 to the
+        # last written) grows by a position per token: the Cell's own slice by value would stop
+        # the graph to read the position at every token. The prompt is at positions 0..n-1.
+        attended = positions
+        logits = self.lm(input_ids, positions, attended)[:, -1]
         batch = logits.shape[0]
         tokens = ops.zeros((batch, self.max_len), ms.int64)
         seen = ops.zeros((self.max_len if self.output_logits else 1, *logits.shape),
@@ -62,7 +66,8 @@ class DecodeLoop(nn.Cell):
             seen[i] = logits
         i = i + 1
         while i < steps and not finished.all():
-            logits = self.lm(token.reshape(batch, 1), position)[:, -1]
+            attended = ops.concat((attended, position))
+            logits = self.lm(token.reshape(batch, 1), position, attended)[:, -1]
             token, finished = self.choose(logits, draws[i], temperature, top_k, top_p, eos,
                                           pad, finished)
             tokens[:, i] = token

@@ -216,6 +216,36 @@ def test_a_gradient_through_the_cell_is_refused_by_name_and_decoding_goes_on(mod
     np.testing.assert_array_equal(tokens, _torch_greedy(model, prompt, 4))
 
 
+class Step(nn.Cell):
+    """The Cell called inside a graph of one's own, with the attended prefix or without it."""
+
+    def __init__(self, lm: ms_aten.CausalLM):
+        super().__init__()
+        self.lm = lm
+
+    def construct(self, ids, positions, attended=None):
+        if attended is None:
+            return self.lm(ids, positions)
+        return self.lm(ids, positions, attended)
+
+
+def test_inside_a_graph_of_one_s_own_the_step_takes_the_prefix_or_slices_it(model_and_lm, mode):
+    model, lm = model_and_lm
+    set_mode(mode)
+    prompt = _prompt(5, seed=7)
+    with torch.no_grad():
+        token = model(prompt).logits[:, -1].argmax(-1, keepdim=True)
+        expected = model(torch.cat([prompt, token], 1)).logits[:, -1].numpy()
+    step = Step(lm)
+    for attended in (False, True):
+        positions = np.arange(5)
+        step(ms.Tensor(prompt.numpy()), ms.Tensor(positions),
+             *([ms.Tensor(positions)] if attended else []))
+        logits = step(ms.Tensor(token.numpy()), ms.Tensor([5]),
+                      *([ms.Tensor(np.arange(6))] if attended else [])).asnumpy()
+        np.testing.assert_allclose(logits[:, -1], expected, rtol=1e-4, atol=1e-4)
+
+
 def test_the_kv_cache_example_decodes_as_transformers(mode):
     got, expected = load_example("generate_kv_cache").main(["--mode", mode, "--new", "12"])
     assert got.shape == (1, 20)

@@ -25,8 +25,9 @@ class CausalLM(TorchModule):
     the prompt and every later token; the cache needs no reset between generations, since the
     positions say where to write and which entries to attend to. The attention reads the
     cache's first `cache_position[-1] + 1` positions only (static_cache.PrefixLayer): the
-    program's third input has that length (made on the host for a call from Python, sliced in
-    the graph for one inside another graph).
+    program's third input has that length: made on the host for a call from Python; inside
+    another graph given by the caller (ms_aten.generate's loop), or else sliced by the
+    position's value, which GRAPH mode stops the graph to read.
 
     Refused before the program runs, in both modes: a batch size other than the cache's, and a
     cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error would leave the

@@ -44,7 +44,8 @@ from benchmarks.common import workers
 from benchmarks.models.run import parse_env
 from benchmarks.models.workloads import CONFIGS
 
-ROUTES = ("GRAPH forward cell(x)", "GRAPH forward+backward", "GRAPH step nn.Adam",
+ROUTES = ("GRAPH forward cell(x)", "GRAPH forward+backward",
+          "GRAPH forward+backward, loss in the program", "GRAPH step nn.Adam",
           "GRAPH step ms_aten.optim.Adam", "GRAPH nn.Adam update alone",
           "GRAPH ms_aten.optim.Adam update alone")
 LAUNCH = "ms_aten launch: "

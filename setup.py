@@ -28,6 +28,7 @@ NPU_INCLUDE_DIRS = ["include", "include/third_party/acl/inc"]
 # The C++ that talks to torch, by layer (csrc/README.md); boundary/extra_abi0.cpp is compiled
 # apart (see MsAtenBuild).
 TORCH_SOURCES = ["boundary/entry.cpp", "boundary/ms_ext.cpp", "kernel.cpp", "launch_thread.cpp",
+                 "launch_allocator.cpp",
                  "view_cache.cpp",
                  "program/program.cpp", "program/family.cpp", "program/scalars.cpp",
                  "program/saved.cpp", "program/compiled.cpp",

@@ -1,5 +1,7 @@
 #include "launch_thread.h"
 
+#include "launch_allocator.h"
+
 #include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
 #include <ATen/ThreadLocalState.h>
@@ -66,6 +68,7 @@ class LaunchThread {
     // Named for top, perf and py-spy; the OpenMP workers it starts inherit the name.
     pthread_setname_np(pthread_self(), "ms_aten launch");
     at::init_num_threads();
+    cache_this_threads_blocks();
     for (;;) {
       Task* task = nullptr;
       {

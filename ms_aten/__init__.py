@@ -16,6 +16,8 @@ from .native.convert import to_ms, to_torch
 from .native.host import request_blocking_run as _request_blocking_run
 from .native.library import launch_count
 from .native.library import load as _load_library
+from .native.memory import cached_bytes, empty_cache
+from .native.memory import check_environment as _check_memory_environment
 from .native.threads import configure_from_environment as _configure_threads
 from .native.threads import get_num_threads, set_num_threads
 from .ops.bounded import ValueDependentOp
@@ -33,11 +35,12 @@ from .programs.program import CaptureError
 _request_blocking_run()  # before MindSpore's first task reads it (native/host.py)
 _load_library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
+_check_memory_environment()
 
 __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM", "CompileWarning",
            "ConstantError",
            "GenerateOutput", "ShapeInferenceError", "TorchFunction", "TorchModule",
            "ValueDependentError", "ValueDependentOp",
-           "__version__", "causal_lm", "function", "generate",
+           "__version__", "cached_bytes", "causal_lm", "empty_cache", "function", "generate",
            "get_num_threads", "launch_count", "module", "op", "optim", "set_num_threads", "to_ms",
            "to_torch"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -11,6 +13,7 @@ from types import ModuleType
 import mindspore as ms
 import numpy as np
 
+import ms_aten
 from ms_aten.native import library
 from ms_aten.testing import (  # noqa: F401  (re-exported for the tests)
     MODES,
@@ -89,3 +92,15 @@ class BridgeKernel:
     def uses_out(self) -> bool:
         """Whether launches write through the op's out= overload (csrc/kernel.h)."""
         return self._api.ms_aten_kernel_uses_out(self.handle) == 1
+
+
+def run_fresh(args: list[str], unset: tuple[str, ...] = (), timeout: int = 600,
+              env: dict[str, str] | None = None) -> str:
+    """python `args` in a fresh process with this ms_aten on its path, the variables `unset`
+    out of its environment and `env` added; its standard output, once it has succeeded."""
+    environment = {k: v for k, v in os.environ.items() if k not in unset} | (env or {})
+    environment["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])  # this ms_aten
+    done = subprocess.run([sys.executable, *args], env=environment, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout

@@ -16,7 +16,7 @@ import torch
 
 import ms_aten
 
-from common import to_ms
+from common import run_fresh, to_ms
 
 # A program's forward and backward in GRAPH and PYNATIVE mode, then many small single ops: the
 # CPU seconds each phase spent on the threads named "ms_aten launch" and on all threads.
@@ -71,17 +71,6 @@ after = cpu_seconds()
 spent["small ops"] = [a - b for a, b in zip(after, before)]
 print(json.dumps(spent))
 """
-
-
-def run_fresh(args: list[str], unset: tuple[str, ...], timeout: int) -> str:
-    """python `args` in a fresh process with this ms_aten on its path and the variables `unset`
-    out of its environment; its standard output, once it has succeeded."""
-    env = {k: v for k, v in os.environ.items() if k not in unset}
-    env["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])  # this ms_aten, not another
-    done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
 
 
 def cpu_seconds_by_phase(order: str, folder: Path) -> dict[str, list[float]]:

@@ -11,6 +11,7 @@
 #include "boundary/ms_ext.h"
 #include "device/device.h"
 #include "kernel.h"
+#include "launch_allocator.h"
 #include "launch_thread.h"
 #include "op/infer.h"
 #include "program/compiled.h"
@@ -291,6 +292,8 @@ MS_ATEN_C_API int64_t ms_aten_launch_count() { return ms_aten::launch_count(); }
 MS_ATEN_C_API void ms_aten_set_num_threads(int n) { ms_aten::set_num_threads(n); }
 MS_ATEN_C_API int ms_aten_get_num_threads() { return ms_aten::num_threads(); }
 MS_ATEN_C_API int ms_aten_release_idle_team() { return ms_aten::release_idle_team() ? 1 : 0; }
+MS_ATEN_C_API int64_t ms_aten_cached_bytes() { return ms_aten::cached_bytes(); }
+MS_ATEN_C_API void ms_aten_empty_cache() { ms_aten::empty_cache(); }
 
 // Whether this build can serve a MindSpore device target ("CPU", "GPU", "Ascend").
 MS_ATEN_C_API int ms_aten_supports(const char* target) {

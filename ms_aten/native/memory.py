@@ -1,0 +1,32 @@
+"""The cache of the large blocks ATen frees on ms_aten's launch thread (csrc/launch_allocator.h):
+a launch reuses the memory the launches before it freed, where glibc would give it back to the
+system and page-fault it in anew."""
+from __future__ import annotations
+
+import ctypes
+import os
+
+from . import library
+
+ENV = "MS_ATEN_CPU_CACHE_MB"
+
+
+def cached_bytes() -> int:
+    """Bytes the cache holds for reuse now (blocks in use are not counted)."""
+    lib = library.load()
+    lib.ms_aten_cached_bytes.restype = ctypes.c_int64
+    return int(lib.ms_aten_cached_bytes())
+
+
+def empty_cache() -> None:
+    """Gives every cached block back to the C library, as torch.cuda.empty_cache() does for
+    CUDA's cache; later launches fill the cache again."""
+    library.load().ms_aten_empty_cache()
+
+
+def check_environment() -> None:
+    """MS_ATEN_CPU_CACHE_MB, the cache's limit in MiB (0: no cache), read by the launch thread
+    when it starts; refused here if it is not a whole number >= 0."""
+    value = os.environ.get(ENV)
+    if value and not (value.isdigit()):
+        raise ValueError(f"{ENV}={value!r}: expected a whole number of MiB >= 0 (0: no cache)")

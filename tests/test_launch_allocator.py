@@ -1,0 +1,86 @@
+"""The large blocks ATen frees on ms_aten's launch thread are reused by the next launches
+(csrc/launch_allocator.h): a program whose intermediates glibc would map anew every call
+(blocks above its 32 MiB mmap threshold) page-faults them once, not at every call; the cache's
+limit holds; ms_aten.empty_cache() gives the blocks back. Each case in a fresh process, since
+the launch thread reads MS_ATEN_CPU_CACHE_MB when it starts."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ms_aten
+
+from common import run_fresh
+
+MIB = 1 << 20
+# 20M floats: each of the program's two intermediates is 80 MiB, above any mmap threshold.
+WORK = """
+import json, resource, sys
+import numpy as np
+import torch, ms_aten
+import mindspore as ms
+ms.set_device("CPU")
+ms.set_context(mode=getattr(ms, sys.argv[1] + "_MODE"))
+x = np.random.default_rng(0).standard_normal(20 << 20, dtype=np.float32)
+double_plus_one = ms_aten.function(lambda t: (t * 2 + 1).sum(), (torch.from_numpy(x),))
+mx = ms.Tensor(x)
+want = float((x.astype(np.float64) * 2 + 1).sum())
+for _ in range(2):  # compiled (GRAPH) and warm
+    double_plus_one(mx).asnumpy()
+faults = []
+for _ in range(4):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    got = float(double_plus_one(mx).asnumpy())
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    assert abs(got - want) <= 1e-4 * abs(want) + 1.0, (got, want)
+cached = ms_aten.cached_bytes()
+ms_aten.empty_cache()
+emptied = ms_aten.cached_bytes()
+after_emptying = float(double_plus_one(mx).asnumpy())
+assert abs(after_emptying - want) <= 1e-4 * abs(want) + 1.0
+print(json.dumps({"faults": faults, "cached": cached, "emptied": emptied,
+                  "refilled": ms_aten.cached_bytes()}))
+"""
+
+
+def run(tmp_path, mode: str, limit_mb: str | None) -> dict:
+    script = tmp_path / "work.py"
+    script.write_text(WORK)
+    env = {} if limit_mb is None else {"MS_ATEN_CPU_CACHE_MB": limit_mb}
+    out = run_fresh([str(script), mode], unset=("MS_ATEN_CPU_CACHE_MB",), timeout=300, env=env)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["GRAPH", "PYNATIVE"])
+def test_a_launch_reuses_the_blocks_the_last_one_freed(mode, tmp_path):
+    cached = run(tmp_path, mode, None)
+    pages = 80 * MIB // 4096
+    # Without the cache each call maps both 80 MiB intermediates anew (checked below).
+    assert max(cached["faults"]) < pages // 10, cached
+    assert cached["cached"] >= 80 * MIB, cached
+    assert cached["emptied"] == 0, cached
+    assert cached["refilled"] >= 80 * MIB, cached
+
+    uncached = run(tmp_path, mode, "0")
+    assert min(uncached["faults"]) > pages, uncached
+    assert uncached["cached"] == uncached["refilled"] == 0, uncached
+
+
+def test_the_cache_holds_no_more_than_its_limit(tmp_path):
+    # Room for one 80 MiB block, not for both that a call frees.
+    limited = run(tmp_path, "PYNATIVE", "100")
+    assert 80 * MIB <= limited["cached"] <= 100 * MIB, limited
+
+
+def test_a_limit_that_is_not_a_number_is_refused_at_import():
+    env = {**os.environ, "MS_ATEN_CPU_CACHE_MB": "lots",
+           "PYTHONPATH": str(Path(ms_aten.__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-c", "import ms_aten"], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode != 0
+    assert "MS_ATEN_CPU_CACHE_MB='lots'" in done.stderr, done.stderr[-2000:]

@@ -87,7 +87,7 @@ def test_work_to_split_runs_on_the_launch_thread_and_small_work_inline(order, tm
     spent = cpu_seconds_by_phase(order, tmp_path)
     for mode in ("GRAPH", "PYNATIVE"):
         launch, total = spent[mode]
-        assert total > 0.5, spent  # 20 GFLOP of matmuls
+        assert total > 0.25, spent  # 20 GFLOP of matmuls: about 0.5 s of CPU on 2 cores
         assert launch > 0.8 * total, spent  # the rest: MindSpore's and Python's own work
     launch, total = spent["small ops"]
     assert launch < 0.05 * total, spent

@@ -98,9 +98,15 @@ def run_fresh(args: list[str], unset: tuple[str, ...] = (), timeout: int = 600,
               env: dict[str, str] | None = None) -> str:
     """python `args` in a fresh process with this ms_aten on its path, the variables `unset`
     out of its environment and `env` added; its standard output, once it has succeeded."""
-    environment = {k: v for k, v in os.environ.items() if k not in unset} | (env or {})
-    environment["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])  # this ms_aten
-    done = subprocess.run([sys.executable, *args], env=environment, capture_output=True,
-                          text=True, timeout=timeout)
+    done = start_fresh(args, unset, timeout, env)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def start_fresh(args: list[str], unset: tuple[str, ...] = (), timeout: int = 600,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """run_fresh's process, however it ended."""
+    environment = {k: v for k, v in os.environ.items() if k not in unset} | (env or {})
+    environment["PYTHONPATH"] = str(Path(ms_aten.__file__).parents[1])  # this ms_aten
+    return subprocess.run([sys.executable, *args], env=environment, capture_output=True,
+                          text=True, timeout=timeout)

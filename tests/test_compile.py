@@ -9,6 +9,8 @@ model compiles once for the session (both modes run the same libraries)."""
 from __future__ import annotations
 
 import copy
+import json
+import platform
 import warnings
 
 import mindspore as ms
@@ -23,7 +25,7 @@ from training import train_ms, train_torch
 
 import ms_aten
 
-from common import set_mode, to_ms
+from common import run_fresh, set_mode, to_ms
 
 pytestmark = pytest.mark.slow
 
@@ -187,6 +189,36 @@ def test_two_libraries_build_at_once_and_a_failed_second_process_builds_here(
     for name, (gm, inputs) in graphs.items():
         got = _run_library(tmp_path / built[name], inputs)
         torch.testing.assert_close(got[0], gm(*inputs)[0], rtol=1e-5, atol=1e-6)
+
+
+ISA_PROBE = """
+import json, threading
+from torch._inductor import cpu_vec_isa
+from ms_aten.programs import compiled
+compiled.start_vector_isa_probe()
+alive = [t.name for t in threading.enumerate() if t.name.startswith("ms_aten ISA probe")]
+picked = compiled._vector_isa()
+left = [t.name for t in threading.enumerate() if t.name.startswith("ms_aten ISA probe")]
+flags = cpu_vec_isa.x86_isa_checker()
+candidates = [str(isa) for isa in cpu_vec_isa.supported_vec_isa_list
+              if all(flag in flags for flag in str(isa).split())]
+print(json.dumps({"alive": alive, "picked": picked, "left": left, "candidates": candidates,
+                  "valid": [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]}))
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="Inductor's x86 ISA candidates")
+def test_the_vector_isa_probe_checks_every_candidate_at_once(tmp_path):
+    """A compile's first question, the CPU's vector ISA, is probed in threads started when
+    compile= is given, one per candidate, all at once (Inductor checks them one by one, a g++
+    build each: a cold cache here, so each probe builds); the answer is Inductor's own."""
+    out = run_fresh(["-c", ISA_PROBE], env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)},
+                    timeout=300)
+    probe = json.loads(out.splitlines()[-1])
+    assert probe["candidates"], probe
+    assert sorted(probe["alive"]) == sorted(f"ms_aten ISA probe {c}" for c in probe["candidates"])
+    assert probe["left"] == [], probe
+    assert probe["picked"] == probe["valid"][0], probe
 
 
 def test_dynamic_shapes_compile_for_inference(mode, cache_dir):

@@ -6,16 +6,10 @@ the launch thread reads MS_ATEN_CPU_CACHE_MB when it starts."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-import ms_aten
-
-from common import run_fresh
+from common import run_fresh, start_fresh
 
 MIB = 1 << 20
 # 20M floats: each of the program's two intermediates is 80 MiB, above any mmap threshold.
@@ -78,9 +72,7 @@ def test_the_cache_holds_no_more_than_its_limit(tmp_path):
 
 
 def test_a_limit_that_is_not_a_number_is_refused_at_import():
-    env = {**os.environ, "MS_ATEN_CPU_CACHE_MB": "lots",
-           "PYTHONPATH": str(Path(ms_aten.__file__).parents[1])}
-    done = subprocess.run([sys.executable, "-c", "import ms_aten"], capture_output=True,
-                          text=True, timeout=120, env=env)
+    done = start_fresh(["-c", "import ms_aten"], timeout=120,
+                       env={"MS_ATEN_CPU_CACHE_MB": "lots"})
     assert done.returncode != 0
     assert "MS_ATEN_CPU_CACHE_MB='lots'" in done.stderr, done.stderr[-2000:]

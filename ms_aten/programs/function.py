@@ -8,7 +8,7 @@ from torch.export import ExportedProgram
 
 from .capture import DynamicShapes, FunctionModule, example_like, export
 from .cell import ProgramCell
-from .compiled import CompileOptions, compile_exported
+from .compiled import CompileOptions, compile_exported, start_vector_isa_probe
 from .primitive import AtenFunction
 from .program import Program, Signature, build
 from .structure import Inputs, Node, flat_nodes, output_nodes
@@ -64,6 +64,8 @@ def function(fn: Callable, args: tuple = (), kwargs: Mapping[str, Any] | None = 
                        f"ms_aten function '{name}'", dynamic_shapes)
     module = FunctionModule(fn, tuple(inputs.kwargs))
     options = CompileOptions.of(compile)  # a bad option fails before the capture's seconds
+    if options is not None:
+        start_vector_isa_probe()  # beside the capture
 
     exported, strict = export(module, inputs.as_positional(inputs.args, inputs.kwargs), name,
                               inputs.torch_dynamic_shapes("args"), replace, strict=strict)

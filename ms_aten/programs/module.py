@@ -10,7 +10,7 @@ from mindspore import Parameter, ParameterTuple
 from ..native.convert import to_ms, to_torch
 from .capture import DynamicShapes, example_like, export
 from .cell import ProgramCell
-from .compiled import CompileOptions, compile_exported
+from .compiled import CompileOptions, compile_exported, start_vector_isa_probe
 from .primitive import AtenFunction
 from .program import Program, Signature, build
 from .structure import Inputs, Node, output_nodes
@@ -54,6 +54,8 @@ class TorchModule(ProgramCell):
                  strict: bool | None = None, compile: bool | Mapping[str, Any] = False):
         super().__init__()
         self._compile = CompileOptions.of(compile)
+        if self._compile is not None:
+            start_vector_isa_probe()  # beside the capture
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ms_aten.module expects a torch.nn.Module, "
                             f"got {type(module).__name__}")

@@ -293,7 +293,10 @@ def start_vector_isa_probe() -> None:
     a cold cache, 3.6 s in threads. _vector_isa(), which every compile asks first, joins them."""
     if _isa_probes or platform.machine() not in ("x86_64", "AMD64"):
         return
-    from torch._inductor import cpu_vec_isa
+    # What a probe imports, imported here: a failed probe is cached as "no such ISA" for the
+    # process, and imports in three threads beside the capture's own are a risk it need not take.
+    import torch.utils._filelock  # noqa: F401
+    from torch._inductor import codecache, cpp_builder, cpu_vec_isa  # noqa: F401
 
     flags = cpu_vec_isa.x86_isa_checker()
     for isa in cpu_vec_isa.supported_vec_isa_list:

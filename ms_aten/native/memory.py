@@ -28,5 +28,5 @@ def check_environment() -> None:
     """MS_ATEN_CPU_CACHE_MB, the cache's limit in MiB (0: no cache), read by the launch thread
     when it starts; refused here if it is not a whole number >= 0."""
     value = os.environ.get(ENV)
-    if value and not (value.isdigit()):
+    if value and not value.isdigit():
         raise ValueError(f"{ENV}={value!r}: expected a whole number of MiB >= 0 (0: no cache)")

@@ -67,9 +67,13 @@ class CausalLM(TorchModule):
         self._arange = np.arange(max_cache_len, dtype=np.int64)
         self._positions = Tensor(self._arange)
         seq = Dim("seq", min=1, max=max_cache_len)
-        # The wrapper in the model's mode: a new Module is in train mode, and capturing it
-        # would set the whole tree to that mode, the model with it (dropout on).
-        step = StaticCacheLM(wrapper).train(model.training)
+        # The wrappers in the model's mode (a new Module is in train mode); the model's
+        # submodules keep their own.
+        step = StaticCacheLM(wrapper)
+        inner = set(model.modules())
+        for m in step.modules():
+            if m not in inner:
+                m.training = model.training
         # A prompt of 2 tokens: an example of size 1 would specialize the sequence dim to 1.
         # Strict capture: non-strict export sees the cache's tensors (held by StaticCache, not
         # a Module) as constants, and its run_decompositions fails on their writes.

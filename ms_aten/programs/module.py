@@ -15,15 +15,24 @@ from .primitive import AtenFunction
 from .program import Program, Signature, build
 from .structure import Inputs, Node, output_nodes
 
+# Each submodule's mode (torch's `training`), in named_modules' order.
+Modes = tuple[bool, ...]
+
 
 class TorchModule(ProgramCell):
     """A torch module's forward as one ms_aten program (one kernel launch), with every torch
     parameter a MindSpore Parameter of the same name (`trainable_params()` go straight to a
     MindSpore optimizer) and every buffer a non-trainable Parameter.
 
-    The Cell starts in the torch module's mode (`module.training`); `set_train(mode)` captures
-    the other mode's graph once. Buffers the graph updates (a KV cache, BatchNorm's running
-    statistics in train mode) are written in place, into their Parameters (inplace.py).
+    Each submodule runs in its own mode, as torch runs it. The Cell starts in the torch
+    module's modes as they are at the call (`model.train(); model.backbone.eval()` keeps the
+    backbone's BatchNorm statistics frozen); `set_train(False)` is torch's `model.eval()` for the
+    whole tree, and `set_train(True)` gives back those modes (MindSpore's training wrappers call
+    it: they never unfreeze what the user froze), or torch's `model.train()` for a module
+    captured with its root in eval mode. `set_submodule_train(name, mode)` changes one subtree's
+    train-mode mode later. Each mode tree is captured once. Buffers the graph updates (a KV
+    cache, BatchNorm's running statistics in train mode) are written in place, into their
+    Parameters (inplace.py).
 
     Called as the module is, by position or keyword (`cell(input_ids=x, attention_mask=m)`),
     with the inputs nested as at capture; the constants of the capture (use_cache=False) may
@@ -81,17 +90,27 @@ class TorchModule(ProgramCell):
                             for key, t in module.state_dict(keep_vars=True).items()
                             if id(t) in by_tensor}
         self._weight_shapes = [list(p.shape) for p in self.weights]
-        self._functions: dict[bool, tuple[AtenFunction, tuple[Node, ...]]] = {}
+        self._functions: dict[Modes, tuple[AtenFunction, tuple[Node, ...]]] = {}
+        # Each submodule's mode in the Cell's train mode: as the tree is now when its root is in
+        # train mode, else torch's model.train() (every module in train mode).
+        self._torch_submodules = dict(module.named_modules())
+        self._train_modes = {name: m.training or not module.training
+                             for name, m in self._torch_submodules.items()}
         super().set_train(module.training)
         self._select(module.training)
+
+    def _modes(self, training: bool) -> Modes:
+        """Each submodule's mode (named_modules' order) for the Cell's mode `training`."""
+        return tuple(training and self._train_modes[name] for name in self._torch_submodules)
 
     def _capture(self, training: bool, example: tuple[tuple, dict[str, Any]]
                  ) -> tuple[Program, tuple[Node, ...]]:
         module = self._torch_module
-        # Each submodule's own mode comes back afterwards: module.train() would set them all to
-        # the top's (a new wrapper around an eval-mode model is in train mode).
-        modes = {m: m.training for m in module.modules()}
-        module.train(training)
+        # The capture sees each submodule in its own mode (torch.export keeps each one's); the
+        # torch module's own modes come back afterwards.
+        before = {m: m.training for m in self._torch_submodules.values()}
+        for m, mode in zip(self._torch_submodules.values(), self._modes(training), strict=True):
+            m.training = mode
         inputs = self._inputs
         try:
             # The strictness that captured the first time captures every later time.
@@ -99,7 +118,7 @@ class TorchModule(ProgramCell):
                                             inputs.torch_dynamic_shapes("forward"),
                                             self._replace, example[1], self._strict)
         finally:
-            for m, mode in modes.items():
+            for m, mode in before.items():
                 m.training = mode
         compiled = None
         if self._compile is not None:
@@ -113,21 +132,39 @@ class TorchModule(ProgramCell):
         return program, output_nodes(exported.call_spec.out_spec)
 
     def _select(self, training: bool) -> None:
-        if training not in self._functions:
+        modes = self._modes(training)
+        if modes not in self._functions:
             def recapture(signature: Signature) -> Program:
                 example = self._inputs.example(list(example_like(signature)))
                 return self._capture(training, example)[0]
 
             program, nodes = self._capture(training, (self._inputs.args, self._inputs.kwargs))
-            self._functions[training] = (
+            self._functions[modes] = (
                 AtenFunction(program, recapture, record=self._record), nodes)
-        function, nodes = self._functions[training]
+        function, nodes = self._functions[modes]
         self._use(function, nodes)
 
     def set_train(self, mode: bool = True) -> TorchModule:
+        """MindSpore's mode switch as torch's: False is `model.eval()`; True gives each
+        submodule its train-mode mode (see TorchModule)."""
         super().set_train(mode)
         self._select(mode)
         return self
+
+    def set_submodule_train(self, name: str, mode: bool = True) -> TorchModule:
+        """The train-mode mode of submodule `name` (torch's dotted name, as in
+        `named_modules()`; "" is the root) and of every module under it, as torch's
+        `model.get_submodule(name).train(mode)`: `cell.set_submodule_train("backbone", False)`
+        freezes a backbone's BatchNorm statistics from the next train-mode call on. The Cell in
+        eval mode stays in eval mode."""
+        if name not in self._torch_submodules:
+            raise KeyError(f"ms_aten.module({self._name}) has no submodule {name!r}; its "
+                           f"submodules: {sorted(self._torch_submodules)[:20]}")
+        prefix = f"{name}." if name else ""
+        for other in self._torch_submodules:
+            if other == name or other.startswith(prefix):
+                self._train_modes[other] = mode
+        return self.set_train(self.training)
 
     def construct(self, *args, **kwargs):
         return self._outputs(self._function(*self.weights, *self._leaves(args, kwargs)), kwargs)

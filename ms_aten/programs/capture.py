@@ -11,7 +11,7 @@ from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
 from ..ops.schema import missing_meta_kernel
-from . import rewrite
+from . import autograd_constructs, rewrite
 from .program import CaptureError, Signature
 
 # torch.export's dynamic_shapes: one spec per input (a dict {dim: Dim}, a tuple of per-dim
@@ -70,10 +70,17 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
     # cache writes fail non-strict's run_decompositions.
     for attempt in (False, True) if strict is None else (strict,):
         try:
-            exported = torch.export.export(module, inputs, keywords,
-                                           dynamic_shapes=dynamic_shapes, strict=attempt)
+            with autograd_constructs.capturing(module, name, attempt):
+                exported = torch.export.export(module, inputs, keywords,
+                                               dynamic_shapes=dynamic_shapes, strict=attempt)
+            autograd_constructs.keep_grad_regions(exported.graph_module)
             return exported.run_decompositions({}), attempt
+        except CaptureError:
+            raise  # a construct refused by name: strict would not keep it either
         except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
+            refused = error.__cause__ or error.__context__
+            if isinstance(refused, CaptureError):  # torch.export wrapped a refusal
+                raise refused from None
             errors.append(error)
     failed, *retried = errors
     text = _reason(failed)

@@ -53,7 +53,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind
 
 from ..native import library
 from ..native.threads import get_num_threads
-from . import aot_build
+from . import aot_build, autograd_functions
 
 LOG = logging.getLogger("ms_aten")
 # A compile that takes longer than this is logged as a warning (an info line otherwise).
@@ -223,7 +223,8 @@ class _Graph:
         text = json.dumps([_FORMAT, torch.__version__, _vector_isa(), threads, training,
                            [(str(shape), dtype, d) for shape, dtype, d in inputs],
                            str(self.exported.range_constraints) if self.dynamic else "",
-                           _code(self.module())])
+                           _code(self.module()),
+                           autograd_functions.identities(self.exported.graph_module)])
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def replace_with(self, key: str, in_place: bool) -> None:
@@ -341,7 +342,8 @@ def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         lines = [f"name {quote(name, safe='')}"]
-        with torch._inductor.config.patch({"cpp.threads": threads}):
+        # Compiling applies custom autograd Functions: their forward and backward are compiled.
+        with torch._inductor.config.patch({"cpp.threads": threads}), autograd_functions.inline():
             lines += (_compile_training(graph, staging) if training
                       else _compile_inference(graph, staging))
         (staging / "model.txt").write_text("\n".join(lines))

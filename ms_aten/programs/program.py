@@ -25,6 +25,7 @@ from ..ops.infer import EMIT, ERROR_BYTES, c_shapes
 from ..ops.schema import is_written
 from . import inplace, symbolic
 from .compiled import Compiled
+from .errors import CaptureError
 
 # The family key of a capture with dynamic shapes (csrc/program/family.h, kAnySignature).
 ANY_SIGNATURE = "*"
@@ -34,10 +35,6 @@ RNG_STATE_BYTES = torch.get_rng_state().numel()
 HANDLE_SHAPE: tuple[int, ...] = (1,)
 # The graph module's meta entry where rewrite.py leaves how many matches it replaced.
 REPLACED = "ms_aten_replaced"
-
-
-class CaptureError(RuntimeError):
-    """A torch module or function that cannot become an ms_aten program."""
 
 
 Shape = tuple[int | None, ...]  # None: a size torch.export keeps symbolic (dynamic_shapes)

@@ -1,0 +1,131 @@
+"""torch's autograd constructs inside a captured forward: each kept with torch's meaning, or
+refused by name; never a gradient that silently differs from torch's (docs/porting.md, "Autograd
+inside forward").
+
+- Grad-mode regions: torch.export keeps a `no_grad` / `set_grad_enabled(False)` block as a
+  `wrap_with_set_grad_enabled` node, which `run_decompositions` inlines and forgets. Before it
+  runs, `keep_grad_regions` detaches every input of each such region: nothing computed inside
+  then carries a gradient, as in torch (an `enable_grad` block inside one is a region of its
+  own at the top level, where grad is on). `inference_mode`, which torch.export drops
+  altogether, is traced as `no_grad` (the same gradients; torch's further limits on inference
+  tensors are not enforced).
+- Custom `torch.autograd.Function`s: autograd_functions.py.
+- Hooks: a tensor hook registered in forward, a module's backward hooks and a parameter's
+  gradient hooks would never run (MindSpore computes the gradients): CaptureError naming them.
+"""
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from . import autograd_functions
+from .errors import CaptureError
+
+_WRAP_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
+
+
+def keep_grad_regions(gm: torch.fx.GraphModule) -> int:
+    """Detaches the inputs of every grad-disabled region of a torch.export graph (and of the
+    regions in its submodules); how many regions."""
+    count = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is _WRAP_GRAD and not node.args[0]:
+            body = getattr(gm, node.args[1].target)
+            graph = body.graph
+            for placeholder in [n for n in graph.nodes if n.op == "placeholder"]:
+                users = list(placeholder.users)
+                with graph.inserting_after(placeholder):
+                    detached = graph.call_function(torch.ops.aten.detach.default, (placeholder,))
+                for user in users:
+                    user.replace_input_with(placeholder, detached)
+            body.recompile()
+            count += 1
+    for child in gm.children():
+        if isinstance(child, torch.fx.GraphModule):
+            count += keep_grad_regions(child)
+    return count
+
+
+def _refuse_tensor_hook(method: str, name: str):
+    def refuse(tensor: torch.Tensor, hook: Any, *args: Any, **kwargs: Any):
+        frame = traceback.extract_stack(limit=2)[0]
+        raise CaptureError(
+            f"ms_aten: {name}: Tensor.{method}() at {frame.filename}:{frame.lineno} would "
+            f"never run: MindSpore computes the gradients; make the change a custom "
+            f"torch.autograd.Function (kept with its backward)")
+    return refuse
+
+
+def refuse_hooks(module: torch.nn.Module, name: str) -> None:
+    """CaptureError naming a backward hook on `module`'s tree, its parameters, or every module
+    (torch's global ones): MindSpore computes the gradients, and they would never run."""
+    found = []
+    if torch.nn.modules.module._global_backward_hooks \
+            or torch.nn.modules.module._global_backward_pre_hooks:
+        found.append("a global module backward hook (register_module_full_backward_hook)")
+    for path, m in module.named_modules():
+        if m._backward_hooks or m._backward_pre_hooks:
+            found.append(f"module '{path or type(m).__name__}' has a backward hook "
+                         f"(register_full_backward_hook)")
+    for path, p in module.named_parameters():
+        if p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None):
+            found.append(f"parameter '{path}' has a gradient hook (register_hook)")
+    if found:
+        raise CaptureError(f"ms_aten: {name}: {found[0]}, which would never run: MindSpore "
+                           f"computes the gradients; remove it, or apply its change to the "
+                           f"gradients MindSpore returns")
+
+
+# torch's own methods, put back after each capture (patched only while one traces).
+_INFERENCE_MODE = torch.autograd.grad_mode.inference_mode
+_INFERENCE_ENTER_EXIT = (_INFERENCE_MODE.__enter__, _INFERENCE_MODE.__exit__)
+_TENSOR_HOOKS = {name: getattr(torch.Tensor, name)
+                 for name in ("register_hook", "register_post_accumulate_grad_hook")}
+
+
+def _enter_as_no_grad(self) -> None:
+    self._ms_aten_grad = torch.set_grad_enabled(not self.mode and torch.is_grad_enabled())
+
+
+def _exit_as_no_grad(self, *exc: Any) -> None:
+    self._ms_aten_grad.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def _inference_mode_as_no_grad() -> Iterator[None]:
+    _INFERENCE_MODE.__enter__ = _enter_as_no_grad  # type: ignore[method-assign]
+    _INFERENCE_MODE.__exit__ = _exit_as_no_grad  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        _INFERENCE_MODE.__enter__, _INFERENCE_MODE.__exit__ = (  # type: ignore[method-assign]
+            _INFERENCE_ENTER_EXIT)
+
+
+@contextlib.contextmanager
+def _refusing_tensor_hooks(name: str) -> Iterator[None]:
+    for method in _TENSOR_HOOKS:
+        setattr(torch.Tensor, method, _refuse_tensor_hook(method, name))
+    try:
+        yield
+    finally:
+        for method, original in _TENSOR_HOOKS.items():
+            setattr(torch.Tensor, method, original)
+
+
+@contextlib.contextmanager
+def capturing(module: torch.nn.Module, name: str, strict: bool) -> Iterator[None]:
+    """torch.export of `module` in this block keeps its autograd constructs (the module's
+    docstring); a grad-enabled trace, as MindSpore differentiates the program."""
+    refuse_hooks(module, name)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.enable_grad())
+        if not strict:  # TorchDynamo traces Python itself; these patches are non-strict's
+            stack.enter_context(autograd_functions.as_nodes())
+            stack.enter_context(_inference_mode_as_no_grad())
+            stack.enter_context(_refusing_tensor_hooks(name))
+        yield

@@ -116,9 +116,26 @@ def test_integer_inputs_get_zero_gradients(mode):
     assert not to_torch(grad_idx).any()
 
 
-def test_non_differentiable_op_raises_when_a_gradient_is_requested(mode):
-    with pytest.raises(RuntimeError, match=r"aten::argmax \(backward\).*not differentiable"):
-        grads = ms_grads(ms_aten.op("argmax", dim=1), (X,), [torch.ones(3)], mode)
+def test_integer_outputs_pass_no_gradient(mode):
+    """argmax and searchsorted beside a differentiable path: their integer outputs carry no
+    gradient (torch's and MindSpore's own argmax), the rest is torch's."""
+    argmax, searchsorted = ms_aten.op("argmax", dim=1), ms_aten.op("searchsorted.Tensor")
+    edges = torch.tensor([-1.0, 0.0, 1.0])
+
+    def f(x, boundaries):
+        counts = (argmax(x) + searchsorted(boundaries, x).sum(1)).astype(ms.float32)
+        return (x * x).sum() + counts.sum()
+
+    set_mode(mode)
+    grad_x, grad_edges = ms.grad(f, grad_position=(0, 1))(to_ms(X), to_ms(edges))
+    torch.testing.assert_close(to_torch(grad_x), 2 * X)
+    assert not to_torch(grad_edges).any()
+
+
+def test_a_floating_output_without_a_derivative_raises_when_a_gradient_is_requested(mode):
+    # histc's float output is one autograd does not record.
+    with pytest.raises(RuntimeError, match=r"aten::histc \(backward\).*not differentiable"):
+        grads = ms_grads(ms_aten.op("histc", bins=4), (X,), [torch.ones(4)], mode)
         np.asarray(grads[0].asnumpy())
 
 

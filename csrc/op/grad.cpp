@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "op/results.h"
@@ -77,7 +78,12 @@ std::vector<at::Tensor> evaluate(const OpCall& call, const std::vector<size_t>& 
         diff_grads.push_back(leaves[inner.size() + j]);
       }
     }
-    if (diff_outputs.empty() && order == 1) {
+    // Integer and bool outputs pass no gradient, as in torch (argmax, searchsorted): their
+    // inputs get zeros. A floating output that autograd did not record has no derivative.
+    const bool floating = std::any_of(outputs.begin(), outputs.end(), [](const at::Tensor& t) {
+      return at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type());
+    });
+    if (diff_outputs.empty() && order == 1 && floating) {
       throw std::runtime_error(
           "not differentiable: torch autograd records no gradient from its outputs to its inputs");
     }

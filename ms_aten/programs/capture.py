@@ -2,6 +2,7 @@
 with the user's subgraph replacements applied (rewrite.py)."""
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,9 @@ from torch.utils import _pytree as pytree
 from ..ops.schema import missing_meta_kernel
 from . import autograd_constructs, rewrite
 from .program import CaptureError, Signature
+
+# The FutureWarning every torch.export of torch 2.13 prints from its own code.
+_TORCH_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 
 # torch.export's dynamic_shapes: one spec per input (a dict {dim: Dim}, a tuple of per-dim
 # Dims, or None; nested as the input nests), or a dict of them by argument name.
@@ -70,11 +74,14 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
     # cache writes fail non-strict's run_decompositions.
     for attempt in (False, True) if strict is None else (strict,):
         try:
-            with autograd_constructs.capturing(module, name, attempt):
-                exported = torch.export.export(module, inputs, keywords,
-                                               dynamic_shapes=dynamic_shapes, strict=attempt)
-            autograd_constructs.keep_grad_regions(exported.graph_module)
-            return exported.run_decompositions({}), attempt
+            with warnings.catch_warnings():
+                # torch 2.13's export copies its own pytree specs through a deprecated check.
+                warnings.filterwarnings("ignore", _TORCH_DEPRECATION, FutureWarning)
+                with autograd_constructs.capturing(module, name, attempt):
+                    exported = torch.export.export(module, inputs, keywords,
+                                                   dynamic_shapes=dynamic_shapes, strict=attempt)
+                autograd_constructs.keep_grad_regions(exported.graph_module)
+                return exported.run_decompositions({}), attempt
         except CaptureError:
             raise  # a construct refused by name: strict would not keep it either
         except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)

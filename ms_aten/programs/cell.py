@@ -1,11 +1,11 @@
 """A captured program as a MindSpore Cell: what TorchModule and TorchFunction share."""
 from __future__ import annotations
 
-from mindspore import Tensor, nn
+from mindspore import PYNATIVE_MODE, Tensor, get_context, nn
 
 from ..native import dtypes
 from .primitive import AtenFunction
-from .program import Program
+from .program import Program, Signature
 from .structure import LEAVES, Inputs, Node, build, check_call, pick
 
 
@@ -67,8 +67,26 @@ class ProgramCell(nn.Cell):
         # form set_inputs declares for a dynamic capture.
         # The outputs come back flat and nest here: a dict among a compiled graph's own outputs
         # makes MindSpore 2.10 type them Any, and recompile the program's kernel where it cannot.
-        flat = super().__call__(*self._inputs.flatten(args, kwargs), **{LEAVES: True})
+        leaves = self._inputs.flatten(args, kwargs)
+        if not kwargs and len(leaves) == len(args) and all(
+                a is b for a, b in zip(leaves, args, strict=True)) \
+                and get_context("mode") == PYNATIVE_MODE:
+            # Inputs that are already the flat tensors go to construct as they came:
+            # PYNATIVE's ms.grad(cell) finds its recording by the Cell's own arguments.
+            return super().__call__(*args)
+        flat = super().__call__(*leaves, **{LEAVES: True})
         return build(self._nodes, flat)
+
+    def extend_repr(self) -> str:
+        """MindSpore's repr(cell): the inputs as captured and what runs (TorchModule adds its
+        modes and the torch module's own repr)."""
+        program = self.program
+        inputs = ", ".join(f"{name}: {Signature((shape,), (dtype,)).describe()}" for name, shape,
+                           dtype in zip(program.input_names, program.signature.shapes,
+                                        program.signature.dtypes, strict=True))
+        runs = "AOTInductor's compiled code" if program.compiled else \
+            f"{program.n_nodes} ATen call{'s' * (program.n_nodes != 1)}"
+        return f"inputs: {inputs}\nruns: {runs} in one launch"
 
     def _leaves(self, args, kwargs):
         """The program's user inputs from construct's arguments."""

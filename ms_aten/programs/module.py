@@ -166,6 +166,15 @@ class TorchModule(ProgramCell):
                 self._train_modes[other] = mode
         return self.set_train(self.training)
 
+    def extend_repr(self) -> str:
+        # The submodules whose mode differs from their parent's.
+        tree = dict(zip(self._torch_submodules, self._modes(self.training), strict=True))
+        modes = ", ".join(f"{name}: {'train' if mode else 'eval'}" for name, mode in tree.items()
+                          if name and mode != tree[name.rpartition(".")[0]])
+        mode = "train" if self.training else "eval"
+        return (f"{super().extend_repr()}\nmode: {mode}{f' ({modes})' if modes else ''}\n"
+                f"{self._torch_module!r}")
+
     def construct(self, *args, **kwargs):
         return self._outputs(self._function(*self.weights, *self._leaves(args, kwargs)), kwargs)
 

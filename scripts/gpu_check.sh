@@ -51,7 +51,7 @@ summary() {
 if [ "$DEVICE" = cuda ]; then
   nvidia-smi -L > "$WORK/gpus.txt" 2>&1 || stop "gpu: nvidia-smi -L failed: $(cat "$WORK/gpus.txt")"
   info=$("$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'torch ' + torch.__version__ + ' sees no GPU'; print(f'torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}')" 2>&1) \
-    || stop "torch: $info"
+    || stop "torch: $(echo "$info" | tail -1)"
   echo "[gpu_check] $info; $(head -1 "$WORK/gpus.txt")"
   [ -f "$CUDA_HOME/include/cuda_runtime_api.h" ] || stop "cuda: no toolkit headers under $CUDA_HOME"
   built=$(date +%s)

@@ -4,7 +4,10 @@ the same ops and program run through MindSpore; errors; the CUDA part's compile 
 scripts/gpu_check.sh's steps that a CPU can run."""
 from __future__ import annotations
 
+import ast
 import os
+import re
+import runpy
 import shutil
 import subprocess
 import sys
@@ -97,6 +100,29 @@ def test_the_judge_fails_a_wrong_result(checked):
     assert judged["leaky_relu"].passed
 
 
+def test_the_judge_blames_ms_aten_only_for_its_own_waits(checked):
+    # The CUDA verdicts, on the CPU run's output with gate results written in: a launch that
+    # waited fails "no synchronization", unless torch's own call waits too.
+    _, folder = checked
+    planned = cases.write_plan(folder, torch.device("cpu"))
+    next(p for p in planned if p.name == "softmax").torch_waits = True
+    stdout = (folder / LAUNCHER_OUTPUT).read_text()
+
+    def judged(waiting: tuple[str, ...]) -> dict[str, cases.Outcome]:
+        gated = re.sub(r"^(launch (\S+) rc=\S+ ms=\S+)",
+                       lambda m: m[1] + (" queued=0" if m[2] in waiting else " queued=1"),
+                       stdout, flags=re.MULTILINE)
+        return {o.name: o for o in cases.judge(planned, gated, folder, torch.device("cpu"))}
+
+    assert judged(())["no synchronization"].passed
+    outcomes = judged(("leaky_relu", "softmax"))
+    assert not outcomes["no synchronization"].passed
+    assert outcomes["no synchronization"].detail.endswith("ms_aten waited in: leaky_relu")
+    assert "NOT queued" in outcomes["leaky_relu"].detail and outcomes["leaky_relu"].passed
+    assert "torch's own call waits too" in outcomes["softmax"].detail
+    assert outcomes["stream order"].passed
+
+
 def _output(folder: Path, name: str, k: int, like: torch.Tensor) -> torch.Tensor:
     return cases.load(folder / f"{name}.out{k}.bin", like.dtype, like.shape)
 
@@ -166,25 +192,37 @@ def test_gpu_check_without_cases_says_how_to_make_them(tmp_path):
     assert "0 passed, 1 failed" in result.stdout
 
 
-def test_bridge_build_needs_no_mindspore():
-    # scripts/build_bridge.py's commands (the GPU machine's build), made in a process where
-    # importing MindSpore fails: setup.py's every source, then the link.
-    run_without_mindspore = ("import runpy, sys; sys.modules['mindspore'] = None; "
-                             "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], "
-                             "run_name='__main__')")
+def test_gpu_check_on_a_machine_without_a_gpu_says_what_is_missing(made, tmp_path):
+    # A stand-in nvidia-smi gets the script past its first check to torch's, which fails here.
+    (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: a stand-in'\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
     result = subprocess.run(
-        [sys.executable, "-c", run_without_mindspore, str(ROOT / "scripts" / "build_bridge.py"),
-         "out", "--dry-run", "--cuda"], capture_output=True, text=True,
-        env={**os.environ, "CUDA_HOME": str(CUDA_INCLUDE.parent)})
+        ["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(made[0])], capture_output=True,
+        text=True, env={**os.environ, "PYTHON": sys.executable, "WORK": str(tmp_path),
+                        "PATH": f"{tmp_path}:{os.environ['PATH']}"})
+    assert result.returncode == 1
+    assert f"FAIL torch: AssertionError: torch {torch.__version__} sees no GPU" in result.stdout
+    assert "0 passed, 1 failed" in result.stdout
+
+
+def test_bridge_build_needs_no_mindspore_and_builds_what_setup_builds(monkeypatch):
+    # scripts/build_bridge.py, the GPU machine's build: it imports nothing but the standard
+    # library and torch, and compiles setup.py's every source, then links without torch_python.
+    script = ROOT / "scripts" / "build_bridge.py"
+    imported = {alias.name.split(".")[0] for node in ast.walk(ast.parse(script.read_text()))
+                if isinstance(node, (ast.Import, ast.ImportFrom))
+                for alias in (node.names if isinstance(node, ast.Import)
+                              else [ast.alias(node.module or "")])}
+    assert imported - set(sys.stdlib_module_names) == {"torch"}
+    monkeypatch.setenv("CUDA_HOME", str(CUDA_INCLUDE.parent))
+    build = runpy.run_path(str(script))
     if not (CUDA_INCLUDE / "cuda_runtime_api.h").exists():
-        assert "no CUDA toolkit headers" in result.stdout + result.stderr
+        with pytest.raises(SystemExit, match="no CUDA toolkit headers"):
+            build["commands"](Path("out"), cuda=True)
         return
-    assert result.returncode == 0, result.stderr
-    commands = result.stdout.splitlines()
-    compiles = [c for c in commands if " -c " in c]
+    compiles, link = build["commands"](Path("out"), cuda=True)
     units = [*device_units.setup_constant("TORCH_SOURCES"), "boundary/extra_abi0.cpp"]
-    assert {c.split(" -c ")[1].split()[0] for c in compiles} == {str(ROOT / "csrc" / u)
-                                                                  for u in units}
-    assert all("-DWITH_CUDA" in c for c in compiles if "extra_abi0" not in c)
-    assert "-D_GLIBCXX_USE_CXX11_ABI=0" in next(c for c in compiles if "extra_abi0" in c)
-    assert "-lcudart" in commands[-1] and "torch_python" not in commands[-1]
+    assert [c[c.index("-c") + 1] for c in compiles] == [str(ROOT / "csrc" / u) for u in units]
+    assert all("-DWITH_CUDA" in c for c in compiles[:-1])
+    assert "-D_GLIBCXX_USE_CXX11_ABI=0" in compiles[-1] and "-DWITH_CUDA" not in compiles[-1]
+    assert "-lcudart" in link and "-ltorch_python" not in link

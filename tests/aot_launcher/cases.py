@@ -340,7 +340,7 @@ def judge(planned: Sequence[Planned], stdout: str, folder: Path,
                 waited.append(p.name)
             gated.append(p.name)
         outcomes.append(Outcome(p.name, ok, f"{why}, {last.ms:.2f} ms{note}"))
-    if device.type == "cuda":
+    if device.type == "cuda" or gated:  # none gated on CUDA: every launch failed
         outcomes.append(Outcome(
             "no synchronization", bool(gated) and not waited,
             f"{len(gated) - len(waited)} of {len(gated)} gated launches returned with their "

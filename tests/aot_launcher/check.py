@@ -3,8 +3,7 @@ FAIL, with the numbers); exit status 1 when one fails. Torch only:
 
     cd tests && python -m aot_launcher.check --device cuda --launcher L --library LIB DIR
 
---plan-only writes DIR/plan.txt and the inputs, for running the launcher by hand (under
-compute-sanitizer, say).
+It leaves the plan (plan.txt), the launcher's files and its output (launcher.txt) in DIR.
 """
 from __future__ import annotations
 
@@ -23,16 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="make_cases.py's folder")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--launcher", type=Path, help="the built launcher.cpp")
-    parser.add_argument("--library", type=Path, help="libms_aten.so")
-    parser.add_argument("--plan-only", action="store_true")
+    parser.add_argument("--launcher", type=Path, required=True, help="the built launcher.cpp")
+    parser.add_argument("--library", type=Path, required=True, help="libms_aten.so")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     planned = write_plan(args.folder, device)
-    if args.plan_only:
-        return 0
-    if args.launcher is None or args.library is None:
-        parser.error("--launcher and --library are needed to run the plan")
     result = run_launcher(args.launcher, args.library, args.folder, device)
     (args.folder / LAUNCHER_OUTPUT).write_text(result.stdout + result.stderr)
     outcomes = judge(planned, result.stdout, args.folder, device)

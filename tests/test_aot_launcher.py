@@ -170,7 +170,7 @@ def test_program_through_the_launcher_gives_what_the_cell_gives(made, checked, m
     files = cases.ProgramFiles.read(folder / cases.PROGRAM)
     dtype, shape, file = files.manifest["outputs"][0]
     from_launcher = cases.load(folder / cases.PROGRAM / file, cases.TORCH_DTYPES[dtype], shape)
-    assert_same(logits, from_launcher, atol=1e-6, rtol=1e-5)
+    assert_same(logits, from_launcher, atol=0, rtol=0)
 
 
 @pytest.mark.skipif(not (CUDA_INCLUDE / "cuda_runtime_api.h").exists(),

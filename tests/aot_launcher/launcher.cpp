@@ -12,7 +12,7 @@
 //     "path:func" ([cpu] Init, [gpu] Init): main().
 //  2. Per kernel, at build time: one shape vector and one dtype string per input, then per output
 //     (TypeIdToString(dtype, true): "float32", "int64", ...), ndims[i] their ranks, shapes[i]
-//     = &shape_list_[i][0] (no storage for a rank-0 shape) ([cpu] Init): Kernel::add_buffer.
+//     = &shape_list_[i][0] (no storage for a rank-0 shape) ([cpu] Init): Kernel::init.
 //  3. attrs_.SetKernelPrim(primitive_): the AotExtra handed to the kernel reads the primitive's
 //     attributes (ms_aten's op spec "ms_aten_spec", its site "ms_aten_uid") ([extra]
 //     AotExtraImpl): PrimitiveAttrs.

@@ -17,20 +17,22 @@
 # --cpu runs the same steps on the CPU with a built libms_aten.so: no GPU, no CUDA build, no
 # sanitizer (tests/test_aot_launcher.py runs it). $WORK (default: a new temporary folder) keeps the
 # builds and the launcher's files.
+# Each step has a time limit (build 180 s, checks 90 s, each sanitizer 100 s): the whole run stays
+# under 8 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
 PYTHON=${PYTHON:-python3}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 DEVICE=cuda
 LIBRARY=""
 if [ "${1:-}" = "--cpu" ]; then
   DEVICE=cpu
-  LIBRARY=$(realpath "${2:?--cpu takes the libms_aten.so to run}")
+  LIBRARY=$(realpath -m "${2:?--cpu takes the libms_aten.so to run}")
   shift 2
 fi
-CASES=$(realpath "${1:-build/aot_cases}")
+CASES=$(realpath -m "${1:-build/aot_cases}")
 WORK=${WORK:-$(mktemp -d)}
+mkdir -p "$WORK"
 LOG="$WORK/checks.log"
 START=$(date +%s)
 : > "$LOG"
@@ -55,7 +57,7 @@ if [ "$DEVICE" = cuda ]; then
   echo "[gpu_check] $info; $(head -1 "$WORK/gpus.txt")"
   [ -f "$CUDA_HOME/include/cuda_runtime_api.h" ] || stop "cuda: no toolkit headers under $CUDA_HOME"
   built=$(date +%s)
-  timeout 420 "$PYTHON" scripts/build_bridge.py "$WORK/bridge" --cuda > "$WORK/build.log" 2>&1 \
+  timeout 180 "$PYTHON" scripts/build_bridge.py "$WORK/bridge" --cuda > "$WORK/build.log" 2>&1 \
     || stop "build: libms_aten.so with WITH_CUDA: $(tail -20 "$WORK/build.log")"
   LIBRARY="$WORK/bridge/libms_aten.so"
   say "PASS build: $LIBRARY with WITH_CUDA in $(( $(date +%s) - built )) s, no MindSpore"
@@ -70,7 +72,7 @@ fi
 
 rm -rf "$WORK/cases" && cp -r "$CASES" "$WORK/cases"
 failed_before=$(grep -c '^FAIL' "$LOG")
-(cd tests && timeout 300 "$PYTHON" -m aot_launcher.check --device "$DEVICE" \
+(cd tests && timeout 90 "$PYTHON" -m aot_launcher.check --device "$DEVICE" \
   --launcher "$WORK/launcher" --library "$LIBRARY" "$WORK/cases") 2>&1 | tee -a "$LOG"
 status=${PIPESTATUS[0]}
 # check.py exits 1 after printing its FAIL lines; any other failure printed none.
@@ -88,7 +90,7 @@ if [ "$DEVICE" = cuda ]; then
     fi
     # The plan check.py wrote, without the gates (a host function holding the stream); torch's
     # caching allocator off, so that memcheck sees every allocation's bounds.
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 240 "$SANITIZER" --tool "$tool" \
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 100 "$SANITIZER" --tool "$tool" \
       "$WORK/launcher" --device cuda --no-gate "$LIBRARY" "$WORK/cases/plan.txt" \
       > "$WORK/$tool.log" 2>&1
     status=$?

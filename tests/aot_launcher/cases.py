@@ -354,6 +354,6 @@ def judge(planned: Sequence[Planned], stdout: str, folder: Path,
 
 
 def run_launcher(launcher: Path, library: Path, folder: Path, device: torch.device,
-                 timeout: float = 300) -> subprocess.CompletedProcess:
+                 timeout: float = 80) -> subprocess.CompletedProcess:
     return subprocess.run([str(launcher), "--device", device.type, str(library),
                            str(folder / PLAN)], capture_output=True, text=True, timeout=timeout)

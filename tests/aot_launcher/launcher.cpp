@@ -432,15 +432,23 @@ class Kernel {
     for (const Buffer& b : inputs_) {
       if (!b.host && b.bytes) Device::check(cudaMemset(b.data, 0xff, b.bytes), "stale inputs");
     }
-    Device::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before the gate");
+    // Pinned staging memory, so that the uploads queue; allocated before the gate, since a
+    // page-locked allocation may wait for the device.
     std::vector<void*> pinned(inputs_.size(), nullptr);
-    Gate gate(stream);
     for (size_t i = 0; i < inputs_.size(); ++i) {
       const Buffer& b = inputs_[i];
       if (b.host) std::memcpy(b.data, staged[i].data(), b.bytes);
       if (b.host || b.bytes == 0) continue;
       Device::check(cudaMallocHost(&pinned[i], b.bytes), "cudaMallocHost");
       std::memcpy(pinned[i], staged[i].data(), b.bytes);
+    }
+    cudaEvent_t done;
+    Device::check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    Device::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize before the gate");
+    Gate gate(stream);
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const Buffer& b = inputs_[i];
+      if (pinned[i] == nullptr) continue;
       Device::check(cudaMemcpyAsync(b.data, pinned[i], b.bytes, cudaMemcpyHostToDevice, stream),
                     "upload behind the gate");
     }
@@ -451,8 +459,6 @@ class Kernel {
     }
     timed_launch(params, rc, error, ms);
     const bool queued = !gate.timed_out();
-    cudaEvent_t done;
-    Device::check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
     Device::check(cudaEventRecord(done, stream), "cudaEventRecord");
     gate.open();
     Device::check(cudaEventSynchronize(done), "cudaEventSynchronize");  // the results, in order

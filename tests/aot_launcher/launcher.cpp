@@ -365,6 +365,11 @@ class Kernel {
       for (size_t i = 0; i < inputs_.size(); ++i) {
         device_.upload(inputs_[i].data, staged[i], inputs_[i].host);
       }
+#ifdef WITH_CUDA
+      // A copy from pageable memory may return before it lands; the kernel's stream does not
+      // wait for the legacy stream it went on.
+      if (device_.cuda()) Device::check(cudaDeviceSynchronize(), "the uploads");
+#endif
       timed_launch(params, &rc, &error, &ms);
     }
 #ifdef WITH_CUDA

@@ -84,6 +84,20 @@ def test_the_launcher_reports_every_launch_and_lives_past_errors(checked):
     assert [run.rc for run in launches["after_errors"]] == [0, 0]
 
 
+@pytest.mark.parametrize("plan, message", [
+    ("kernel k MsAtenCallNowhere", "the library has no entry point MsAtenCallNowhere"),
+    ("kernel k MsAtenCall\nin float32 2,2 x.bin\nlaunch", "x.bin holds 4 bytes, the input needs"),
+    ("launch", "'launch' before any kernel"),
+])
+def test_a_bad_plan_stops_the_launcher_with_the_reason(plan, message, checked, tmp_path):
+    launcher = checked[1].parent / "launcher"  # gpu_check.sh built it in its $WORK
+    (tmp_path / "x.bin").write_bytes(bytes(4))
+    (tmp_path / "plan.txt").write_text(plan + "\n")
+    result = subprocess.run([str(launcher), str(library.LIBRARY), str(tmp_path / "plan.txt")],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
 def test_the_judge_fails_a_wrong_result(checked):
     # Spoil one of the launcher's output files and judge again; then put it back.
     _, folder = checked

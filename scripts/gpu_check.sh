@@ -20,7 +20,6 @@
 # Each step has a time limit (build 180 s, checks 90 s, each sanitizer 100 s): the whole run stays
 # under 8 minutes.
 set -uo pipefail
-cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 DEVICE=cuda
@@ -30,8 +29,10 @@ if [ "${1:-}" = "--cpu" ]; then
   LIBRARY=$(realpath -m "${2:?--cpu takes the libms_aten.so to run}")
   shift 2
 fi
-CASES=$(realpath -m "${1:-build/aot_cases}")
-WORK=${WORK:-$(mktemp -d)}
+CASES=${1:+$(realpath -m "$1")}  # paths given are the caller's; the rest are the repository's
+WORK=$(realpath -m "${WORK:-$(mktemp -d)}")
+cd "$(dirname "$0")/.."
+CASES=${CASES:-$(pwd)/build/aot_cases}
 mkdir -p "$WORK"
 LOG="$WORK/checks.log"
 START=$(date +%s)

@@ -167,7 +167,7 @@ def test_what_generate_does_not_take_is_refused_by_name(model_and_lm, mode):
     ids, mask = ids.numpy(), mask.numpy()
     for unsupported in ({"num_beams": 3}, {"stop_strings": ["."]}, {"typical_p": 0.5}):
         name = next(iter(unsupported))
-        with pytest.raises(TypeError, match=rf"does not support {name}=.*it takes "
+        with pytest.raises(TypeError, match=rf"does not support {name}=.*; it takes "
                                             rf"attention_mask, max_new_tokens, do_sample"):
             ms_aten.generate(lm, ids, attention_mask=mask, max_new_tokens=4, **unsupported)
     right = mask[:, ::-1].copy()

@@ -259,8 +259,9 @@ def _refuse(unsupported: dict[str, Any], num_beams: int) -> None:
         names = [name for name, parameter in inspect.signature(generate).parameters.items()
                  if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
         what = ", ".join(f"{name}={value!r}" for name, value in unsupported.items())
-        raise TypeError(f"ms_aten.generate does not support {what} (beam search, num_beams > "
-                        f"1, is not supported); it takes {', '.join(names)}")
+        beams = " (beam search is not supported)" if "num_beams" in unsupported else ""
+        raise TypeError(f"ms_aten.generate does not support {what}{beams}; it takes "
+                        f"{', '.join(names)}")
 
 
 def _check_copies(lm: CausalLM, ids: np.ndarray, copies: int, do_sample: bool) -> None:

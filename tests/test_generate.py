@@ -217,19 +217,19 @@ def test_a_gradient_through_the_cell_is_refused_by_name_and_decoding_goes_on(mod
 
 
 class Step(nn.Cell):
-    """The Cell called inside a graph of one's own, with the attended prefix or without it."""
+    """The Cell called inside a graph of one's own, with the attention mask or without it."""
 
     def __init__(self, lm: ms_aten.CausalLM):
         super().__init__()
         self.lm = lm
 
-    def construct(self, ids, positions, attended=None):
-        if attended is None:
+    def construct(self, ids, positions, mask=None):
+        if mask is None:
             return self.lm(ids, positions)
-        return self.lm(ids, positions, attended)
+        return self.lm(ids, positions, mask)
 
 
-def test_inside_a_graph_of_one_s_own_the_step_takes_the_prefix_or_slices_it(model_and_lm, mode):
+def test_inside_a_graph_of_one_s_own_the_step_takes_the_mask_or_slices_one(model_and_lm, mode):
     model, lm = model_and_lm
     set_mode(mode)
     prompt = _prompt(5, seed=7)
@@ -237,12 +237,11 @@ def test_inside_a_graph_of_one_s_own_the_step_takes_the_prefix_or_slices_it(mode
         token = model(prompt).logits[:, -1].argmax(-1, keepdim=True)
         expected = model(torch.cat([prompt, token], 1)).logits[:, -1].numpy()
     step = Step(lm)
-    for attended in (False, True):
-        positions = np.arange(5)
-        step(ms.Tensor(prompt.numpy()), ms.Tensor(positions),
-             *([ms.Tensor(positions)] if attended else []))
+    for masked in (False, True):
+        step(ms.Tensor(prompt.numpy()), ms.Tensor(np.arange(5)),
+             *([ms.Tensor(np.ones((1, 5), np.int64))] if masked else []))
         logits = step(ms.Tensor(token.numpy()), ms.Tensor([5]),
-                      *([ms.Tensor(np.arange(6))] if attended else [])).asnumpy()
+                      *([ms.Tensor(np.ones((1, 6), np.int64))] if masked else [])).asnumpy()
         np.testing.assert_allclose(logits[:, -1], expected, rtol=1e-4, atol=1e-4)
 
 

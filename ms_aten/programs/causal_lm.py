@@ -18,20 +18,24 @@ if TYPE_CHECKING:
 
 
 class CausalLM(TorchModule):
-    """`cell(input_ids, cache_position)` -> logits (batch, seq, vocab): the model's forward over
-    transformers' StaticCache (`TorchExportableModuleWithStaticCache`, the cache ExecuTorch
-    exports), its keys and values non-trainable Parameters the program writes at
-    `cache_position`. One capture, with the sequence dim dynamic from 1 to max_cache_len, runs
-    the prompt and every later token; the cache needs no reset between generations, since the
-    positions say where to write and which entries to attend to. The attention reads the
-    cache's first `cache_position[-1] + 1` positions only (static_cache.PrefixLayer): the
-    program's third input has that length: made on the host for a call from Python; inside
-    another graph given by the caller (ms_aten.generate's loop), or else sliced by the
-    position's value, which GRAPH mode stops the graph to read.
+    """`cell(input_ids, cache_position, attention_mask=None)` -> logits (batch, seq, vocab): the
+    model's forward over transformers' StaticCache (`TorchExportableModuleWithStaticCache`, the
+    cache ExecuTorch exports), its keys and values non-trainable Parameters the program writes
+    at `cache_position`. One capture, with the sequence dim dynamic from 1 to max_cache_len,
+    runs the prompt and every later token; the cache needs no reset between generations, since
+    the positions say where to write and which entries to attend to. The attention reads the
+    cache's first `cache_position[-1] + 1` positions only (static_cache.PrefixLayer), and the
+    program's third input, transformers' 2D attention mask over those positions, has that
+    length: its zeros mask left padding (the keys of a shorter prompt's pad tokens, in the
+    prompt's call and in every later one) and set each row's position ids. Without a mask, all
+    ones: made on the host for a call from Python; inside another graph given by the caller
+    (ms_aten.generate's loop), or else sliced by the position's value, which GRAPH mode stops
+    the graph to read.
 
-    Refused before the program runs, in both modes: a batch size other than the cache's, and a
+    Refused before the program runs, in both modes: a batch size other than the cache's, a
     cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error would leave the
-    compiled graph unable to run again).
+    compiled graph unable to run again), and a mask of another shape than (batch,
+    cache_position[-1] + 1).
 
     `compile=True`: the step runs as code AOTInductor compiled (compiled.py), one library for
     every sequence length, which writes the cache's new rows in place itself.
@@ -49,8 +53,8 @@ class CausalLM(TorchModule):
 
         from .static_cache import StaticCacheLM
 
-        if max_cache_len < 2 or batch_size < 1:
-            raise ValueError(f"ms_aten.causal_lm: max_cache_len must be at least 2 and "
+        if max_cache_len < 3 or batch_size < 1:
+            raise ValueError(f"ms_aten.causal_lm: max_cache_len must be at least 3 and "
                              f"batch_size at least 1; got {max_cache_len}, {batch_size}")
         # The wrapper insists on a static cache in the generation config; the user's config is
         # put back as it was.
@@ -63,9 +67,12 @@ class CausalLM(TorchModule):
             config.cache_implementation, config.use_cache = saved
         self.max_cache_len = max_cache_len
         self.batch_size = batch_size
-        # The program's `attended` input is a prefix of these.
-        self._arange = np.arange(max_cache_len, dtype=np.int64)
-        self._positions = Tensor(self._arange)
+        # The logits' width: the output embedding's rows (the config's vocab_size may differ).
+        head = model.get_output_embeddings()
+        self.vocab_size = int(head.weight.shape[0]) if head is not None else \
+            int(model.config.get_text_config().vocab_size)
+        # Inside another graph, a mask without padding is a prefix of these.
+        self._ones = Tensor(np.ones((batch_size, max_cache_len), dtype=np.int64))
         seq = Dim("seq", min=1, max=max_cache_len)
         # The wrappers in the model's mode (a new Module is in train mode); the model's
         # submodules keep their own.
@@ -74,22 +81,25 @@ class CausalLM(TorchModule):
         for m in step.modules():
             if m not in inner:
                 m.training = model.training
-        # A prompt of 2 tokens: an example of size 1 would specialize the sequence dim to 1.
+        # Two tokens after one in the cache: an example of size 1 would specialize the sequence
+        # dim to 1, and a mask as long as the tokens would make the two dims one symbol.
         # Strict capture: non-strict export sees the cache's tensors (held by StaticCache, not
         # a Module) as constants, and its run_decompositions fails on their writes.
-        super().__init__(step, (torch.zeros(batch_size, 2, dtype=torch.long), torch.arange(2),
-                                torch.arange(2)),
+        super().__init__(step, (torch.zeros(batch_size, 2, dtype=torch.long),
+                                torch.arange(1, 3), torch.ones(batch_size, 3, dtype=torch.long)),
                          dynamic_shapes=({1: seq}, {0: seq},
-                                         {0: Dim("attended", min=1, max=max_cache_len)}),
+                                         {1: Dim("attended", min=1, max=max_cache_len)}),
                          strict=True, compile=compile)
         self._where = f"ms_aten.causal_lm({type(model).__name__})"
 
-    def check(self, input_ids: Tensor, cache_position: Tensor) -> None:
-        """ValueError, naming the limit, for a batch size other than the cache's or a position
-        outside it; `cell(...)` checks this before every call."""
-        self._check(input_ids, _host(cache_position))
+    def check(self, input_ids: Tensor, cache_position: Tensor,
+              attention_mask: Tensor | None = None) -> None:
+        """ValueError, naming the limit, for a batch size other than the cache's, a position
+        outside it, or a mask of the wrong shape; `cell(...)` checks this before every call."""
+        self._check(input_ids, _host(cache_position), attention_mask)
 
-    def _check(self, input_ids: Tensor, positions: np.ndarray) -> None:
+    def _check(self, input_ids: Tensor, positions: np.ndarray,
+               attention_mask: Tensor | None) -> None:
         if len(input_ids.shape) == 2 and input_ids.shape[0] != self.batch_size:
             raise ValueError(f"{self._where}: input_ids has batch size {input_ids.shape[0]}, "
                              f"but the cache holds batch_size={self.batch_size} (fixed when "
@@ -102,30 +112,37 @@ class CausalLM(TorchModule):
             raise ValueError(f"{self._where}: cache_position {low if low < 0 else high} is "
                              f"outside the cache (max_cache_len={self.max_cache_len}: positions "
                              f"0 to {self.max_cache_len - 1})")
+        attended = int(positions.reshape(-1)[-1]) + 1
+        if attention_mask is not None and \
+                tuple(attention_mask.shape) != (self.batch_size, attended):
+            raise ValueError(f"{self._where}: attention_mask has shape "
+                             f"{list(attention_mask.shape)}, but it masks the batch's cache "
+                             f"positions 0 to cache_position[-1] = {attended - 1}: shape "
+                             f"{[self.batch_size, attended]}")
 
     def __call__(self, input_ids: Tensor, cache_position: Tensor,
-                 attended: Tensor | None = None) -> Tensor:
-        """`attended`: the program's third input, whose length is the cache prefix the step
-        reads (cache_position[-1] + 1); made here from the positions when not given (a given
-        one, as ms_aten.generate's loop passes, is the caller's to get right)."""
+                 attention_mask: Tensor | None = None) -> Tensor:
+        """`attention_mask`: transformers' 2D mask (batch, cache_position[-1] + 1), int64, 0 on
+        left padding; all ones when not given."""
         # Before MindSpore's call, which in GRAPH mode goes straight to the compiled graph;
         # a call from inside another graph (ms_aten.generate's loop) is compiled into it and is
         # not checked here.
         positions = _host(cache_position)
-        self._check(input_ids, positions)
-        if attended is None:
+        self._check(input_ids, positions, attention_mask)
+        if attention_mask is None:
             # Made from the positions the check read: construct's slice by cache_position's
             # value would make a GRAPH-mode call stop mid-graph to read it (about 1 ms per
             # call, a third of a 4-layer GPT-2's decode step).
-            attended = Tensor.from_numpy(self._arange[:int(positions.reshape(-1)[-1]) + 1])
-        return build(self._nodes, nn.Cell.__call__(self, input_ids, cache_position, attended,
-                                                   **{LEAVES: True}))
+            attention_mask = Tensor.from_numpy(
+                np.ones((self.batch_size, int(positions.reshape(-1)[-1]) + 1), np.int64))
+        return build(self._nodes, nn.Cell.__call__(self, input_ids, cache_position,
+                                                   attention_mask, **{LEAVES: True}))
 
-    def construct(self, input_ids, cache_position, attended=None, **kwargs):
-        if attended is None:  # a call inside another graph
-            attended = self._positions[:cache_position[-1] + 1]
-        return self._outputs(self._function(*self.weights, input_ids, cache_position, attended),
-                             kwargs)
+    def construct(self, input_ids, cache_position, attention_mask=None, **kwargs):
+        if attention_mask is None:  # a call inside another graph
+            attention_mask = self._ones[:, :cache_position[-1] + 1]
+        return self._outputs(self._function(*self.weights, input_ids, cache_position,
+                                            attention_mask), kwargs)
 
 
 def _host(cache_position: Tensor | np.ndarray) -> np.ndarray:
@@ -138,6 +155,7 @@ def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *
     """A HuggingFace causal LM (GPT-2, Llama, ...: one transformers'
     TorchExportableModuleWithStaticCache takes) as a Cell over a static KV cache of
     `max_cache_len` positions for `batch_size` sequences: `logits = cell(input_ids,
-    cache_position)`; see CausalLM, and ms_aten.generate for the decoding loop. `compile`: as
-    ms_aten.module's (True, or {"cache_dir": path}): the step as compiled code."""
+    cache_position, attention_mask=None)`; see CausalLM, and ms_aten.generate for the decoding
+    loop. `compile`: as ms_aten.module's (True, or {"cache_dir": path}): the step as compiled
+    code."""
     return CausalLM(model, max_cache_len, batch_size, compile=compile)

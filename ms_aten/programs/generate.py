@@ -1,16 +1,21 @@
-"""ms_aten.generate: greedy or sampled decoding over a ms_aten.causal_lm Cell, with the argument
-names of transformers' generate; in GRAPH mode the whole loop (prompt, every token, sampling)
-is one compiled graph."""
+"""ms_aten.generate: greedy or sampled decoding over a ms_aten.causal_lm Cell, of one prompt or a
+left-padded batch, with the argument names and meanings of transformers' generate; in GRAPH
+mode the whole loop (prompt, every token, sampling) is one compiled graph, or, with a
+streamer, a compiled step per token."""
 from __future__ import annotations
 
+import inspect
 import weakref
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import mindspore as ms
 import numpy as np
+import torch
 from mindspore import Tensor, nn, ops
 
+from . import logits_process
 from .causal_lm import CausalLM
+from .logits_process import mark, penalize, sample
 
 
 class GenerateOutput(NamedTuple):
@@ -21,145 +26,278 @@ class GenerateOutput(NamedTuple):
     logits: tuple[Tensor, ...]
 
 
-class DecodeLoop(nn.Cell):
-    """The decoding loop as a Cell: the prompt in one call of the model, then one call per
-    token in a `while` over tensors, so that GRAPH mode compiles it all once (for every prompt
-    length and max_new_tokens) and PYNATIVE runs the same code eagerly.
+class DecodeStep(nn.Cell):
+    """One step of decoding: the model over the new tokens (the prompt, or each row's last
+    token), then the next token of each row from the last position's logits, processed as
+    transformers does (logits_process.py). Takes and returns the rows' state: which tokens
+    each has seen (for the repetition penalty) and which rows are finished; returns the token
+    and the raw logits it came from. A finished row's token is the pad token."""
 
-    Its inputs are tensors, so that changing them compiles nothing: the prompt and its
-    positions, the number of new tokens, one uniform draw per step and sequence (numpy's seeded
-    generator makes them on the host, the same in both modes), temperature, top_k, top_p, and
-    the end and pad tokens (-1: none). Returns the new tokens (batch, max_cache_len), how many
+    def __init__(self, lm: CausalLM, do_sample: bool):
+        super().__init__()
+        self.lm = lm
+        self.do_sample = do_sample
+
+    def construct(self, input_ids, positions, mask, i, draw, seen, finished, temperature, top_k,
+                  top_p, min_p, repetition_penalty, min_new, eos, pad):
+        # As transformers: the choice is made in float32 whatever the model's dtype.
+        logits = self.lm(input_ids, positions, mask)[:, -1].astype(ms.float32)
+        scores = penalize(logits, seen, i, repetition_penalty, min_new, eos)
+        if self.do_sample:
+            token = sample(scores, draw, temperature, top_k, top_p, min_p)
+        else:
+            token = ops.argmax(scores, -1)
+        token = ops.where(finished, pad, token)
+        finished = ops.logical_or(finished, ops.gather(eos, token, 0))
+        return token, mark(seen, token), finished, logits
+
+
+def _step_inputs(lm: CausalLM) -> list[Tensor]:
+    """DecodeStep's inputs with the sizes that change between calls unknown: one compile."""
+    batch = lm.batch_size
+    return [Tensor(shape=[batch, None], dtype=ms.int64), Tensor(shape=[None], dtype=ms.int64),
+            Tensor(shape=[batch, None], dtype=ms.int64), Tensor(shape=[], dtype=ms.int64),
+            Tensor(shape=[batch], dtype=ms.float32),
+            Tensor(shape=[batch, lm.vocab_size], dtype=ms.bool_),
+            Tensor(shape=[batch], dtype=ms.bool_), *_control_inputs(lm)]
+
+
+def _control_inputs(lm: CausalLM) -> list[Tensor]:
+    return [*(Tensor(shape=[], dtype=dtype) for dtype in (
+        ms.float32, ms.int64, ms.float32, ms.float32, ms.float32, ms.int64)),
+        Tensor(shape=[lm.vocab_size], dtype=ms.bool_), Tensor(shape=[], dtype=ms.int64)]
+
+
+class DecodeLoop(nn.Cell):
+    """The decoding loop as a Cell: the prompt in one DecodeStep, then one per token in a
+    `while` over tensors, so that GRAPH mode compiles it all once (for every prompt length
+    and max_new_tokens) and PYNATIVE runs the same code eagerly.
+
+    Its inputs are tensors, so that changing them compiles nothing: the prompt, its positions
+    and its attention mask (0 on left padding; the loop appends a 1 per token, as
+    model.generate does), the number of new tokens, one uniform draw per step and sequence
+    (numpy's seeded generator makes them on the host, the same in both modes), the tokens each
+    prompt holds, and the Controls. Returns the new tokens (batch, max_cache_len), how many
     were made, and, with `output_logits`, the logits each came from (max_cache_len, batch,
     vocab)."""
 
     def __init__(self, lm: CausalLM, do_sample: bool, output_logits: bool):
         super().__init__()
-        self.lm = lm
-        self.do_sample = do_sample
+        self.step = DecodeStep(lm, do_sample)
         self.output_logits = output_logits
         self.max_len = lm.max_cache_len
-        self.set_inputs(Tensor(shape=[lm.batch_size, None], dtype=ms.int64),
-                        Tensor(shape=[None], dtype=ms.int64),
-                        *(Tensor(shape=shape, dtype=dtype) for shape, dtype in [
-                            ([], ms.int64), ([lm.max_cache_len, lm.batch_size], ms.float32),
-                            ([], ms.float32), ([], ms.int64), ([], ms.float32),
-                            ([], ms.int64), ([], ms.int64)]))
+        step = _step_inputs(lm)
+        self.set_inputs(*step[:3], Tensor(shape=[], dtype=ms.int64),
+                        Tensor(shape=[lm.max_cache_len, lm.batch_size], dtype=ms.float32),
+                        step[5], *_control_inputs(lm))
 
-    def construct(self, input_ids, positions, steps, draws, temperature, top_k, top_p, eos, pad):
-        # The program's `attended` input (the cache prefix the step reads, positions 0 to the
-        # last written) grows by a position per token: the Cell's own slice by value would stop
-        # the graph to read the position at every token. The prompt is at positions 0..n-1.
-        attended = positions
-        logits = self.lm(input_ids, positions, attended)[:, -1]
-        batch = logits.shape[0]
+    def construct(self, input_ids, positions, mask, steps, draws, seen, *controls):
+        batch = input_ids.shape[0]
         tokens = ops.zeros((batch, self.max_len), ms.int64)
-        seen = ops.zeros((self.max_len if self.output_logits else 1, *logits.shape),
-                         logits.dtype)
-        finished = ops.zeros((batch,), ms.bool_)
-        position = positions[-1:] + 1
         i = Tensor(0, ms.int64)
-        token, finished = self.choose(logits, draws[i], temperature, top_k, top_p, eos, pad,
-                                      finished)
+        token, seen, finished, logits = self.step(input_ids, positions, mask, i, draws[i], seen,
+                                                  ops.zeros((batch,), ms.bool_), *controls)
+        logged = ops.zeros((self.max_len if self.output_logits else 1, *logits.shape),
+                           logits.dtype)
         tokens[:, i] = token
         if self.output_logits:
-            seen[i] = logits
+            logged[i] = logits
+        # The mask grows by a column per token (its length is the cache prefix the step
+        # reads): the Cell's own slice by value would stop the graph to read the position at
+        # every token. The prompt is at positions 0..n-1.
+        position = positions[-1:] + 1
+        one = ops.ones((batch, 1), mask.dtype)
         i = i + 1
         while i < steps and not finished.all():
-            attended = ops.concat((attended, position))
-            logits = self.lm(token.reshape(batch, 1), position, attended)[:, -1]
-            token, finished = self.choose(logits, draws[i], temperature, top_k, top_p, eos,
-                                          pad, finished)
+            mask = ops.concat((mask, one), 1)
+            token, seen, finished, logits = self.step(token.reshape(batch, 1), position, mask,
+                                                      i, draws[i], seen, finished, *controls)
             tokens[:, i] = token
             if self.output_logits:
-                seen[i] = logits
+                logged[i] = logits
             position = position + 1
             i = i + 1
-        return tokens, i, seen
-
-    def choose(self, logits, draw, temperature, top_k, top_p, eos, pad, finished):
-        """The next token of each sequence, and which sequences are finished after it."""
-        if self.do_sample:
-            token = sample(logits, draw, temperature, top_k, top_p)
-        else:
-            token = ops.argmax(logits, -1)
-        token = ops.where(finished, pad, token)
-        return token, ops.logical_or(finished, token == eos)
+        return tokens, i, logged
 
 
-def sample(logits, draw, temperature, top_k, top_p):
-    """One token per row of `logits` (batch, vocab), as transformers' warpers choose it:
-    temperature, then top-k (ties with the k-th kept), then top-p (the likeliest tokens whose
-    probability reaches top_p, at least one), then the token where `draw` (batch,), uniform in
-    [0, 1), falls in the cumulative probabilities. Works in the sorted order, mapped back at
-    the end."""
-    scores, order = ops.sort(logits / temperature, axis=-1, descending=True)
-    last = ops.minimum(top_k, scores.shape[-1]) - 1  # top_k past the vocabulary keeps it all
-    kth = ops.gather_elements(scores, 1, ops.broadcast_to(last.reshape(1, 1),
-                                                          (scores.shape[0], 1)))
-    scores = ops.where(scores < kth, float("-inf"), scores)
-    probs = ops.softmax(scores, -1)
-    # A token stays if the likelier ones before it hold less than top_p.
-    probs = ops.where(ops.cumsum(probs, -1) - probs < top_p, probs, 0.0)
-    # Inverse CDF over what is kept: a draw in [0, total) lands on a kept token, rounding or not.
-    cumulative = ops.cumsum(probs, -1)
-    rank = (cumulative <= draw.reshape(-1, 1) * cumulative[:, -1:]).sum(-1).astype(ms.int64)
-    return ops.gather_elements(order, 1, rank.reshape(-1, 1)).reshape(-1)
-
-
-# Per Cell and kind, the loop already made (GRAPH mode compiles each once).
-_loops: weakref.WeakKeyDictionary[CausalLM, dict[tuple[bool, bool], DecodeLoop]] = \
+# Per Cell and kind (do_sample, output_logits, step by step), the loop already made (GRAPH
+# mode compiles each once).
+_loops: weakref.WeakKeyDictionary[CausalLM, dict[tuple[bool, bool, bool], nn.Cell]] = \
     weakref.WeakKeyDictionary()
 
 
-def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *, max_new_tokens: int,
+def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
+             attention_mask: Tensor | np.ndarray | None = None, max_new_tokens: int,
              do_sample: bool = False, temperature: float = 1.0, top_k: int | None = 50,
-             top_p: float = 1.0, eos_token_id: int | None = None,
-             pad_token_id: int | None = None, seed: int | None = None,
-             output_logits: bool = False) -> Tensor | GenerateOutput:
+             top_p: float = 1.0, min_p: float | None = None, repetition_penalty: float = 1.0,
+             min_length: int = 0, min_new_tokens: int | None = None,
+             eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
+             num_return_sequences: int = 1, num_beams: int = 1, streamer: Any = None,
+             seed: int | None = None, output_logits: bool = False,
+             **unsupported: Any) -> Tensor | GenerateOutput:
     """The prompt `input_ids` (batch, length) and up to `max_new_tokens` tokens after it, as
-    transformers' model.generate: the prompt runs in one call (prefill), then one call per
-    token, at the cache positions the loop counts. Greedy (argmax) unless `do_sample`, which
-    samples from softmax(logits / temperature) restricted to the `top_k` likeliest tokens and to
-    the smallest set of them whose probability reaches `top_p`, drawing from numpy's generator
-    seeded by `seed` (the same seed, the same tokens; None: a fresh one). A sequence that emits
-    `eos_token_id` is finished: later tokens are `pad_token_id` (default: eos_token_id), and
-    the loop stops when every sequence is. In GRAPH mode the whole loop is one compiled graph
-    (DecodeLoop), compiled once per Cell, do_sample and output_logits.
+    transformers' model.generate, with its arguments' names and meanings: the prompt runs in
+    one call (prefill), then one call per token, at the cache positions the loop counts.
 
-    Refused before anything runs: a batch size other than the cache's, and a prompt with
+    `attention_mask` (batch, length): transformers' mask of a batch of prompts of different
+    lengths, left-padded (0 on the padding; rows of zeros then ones): the padding is masked in
+    every step and each row's positions start at its first token, so each row's tokens are
+    those of its prompt alone. Greedy (argmax) unless `do_sample`, which samples from
+    softmax(logits / temperature) restricted to the `top_k` likeliest tokens (None or 0: all),
+    to the smallest set of them whose probability reaches `top_p`, and to those at least
+    `min_p` times as likely as the likeliest, drawing from numpy's generator seeded by `seed`
+    (the same seed, the same tokens; None: a fresh one). Before either, a token the row holds
+    (its prompt's or a new one) has its logit divided by `repetition_penalty` (multiplied where
+    negative), and the end tokens are held back until the sequence has `min_length` tokens and
+    `min_new_tokens` new ones. A sequence that emits an end token (`eos_token_id`, one or a
+    list) is finished: later tokens are `pad_token_id` (default: the first end token), and the
+    loop stops when every sequence is. `num_return_sequences` samples that many sequences per
+    prompt (the cache's batch_size holds them all). `streamer`: transformers' protocol (a
+    TextStreamer), given the prompt, then each step's tokens (`put`), then `end()`.
+
+    In GRAPH mode the whole loop is one compiled graph (DecodeLoop), compiled once per Cell,
+    do_sample and output_logits; with a streamer, a compiled step (DecodeStep) called once per
+    token, so that the streamer runs between steps.
+
+    Refused before anything runs: an argument of model.generate this function does not take
+    (a TypeError naming those it takes; beam search among them), a batch size other than the
+    cache's, a mask that is not left padding of input_ids' shape, and a prompt with
     max_new_tokens that needs more positions than max_cache_len."""
     if not isinstance(lm, CausalLM):
         raise TypeError(f"ms_aten.generate expects a ms_aten.causal_lm Cell, "
                         f"got {type(lm).__name__}")
-    ids = input_ids.asnumpy() if isinstance(input_ids, Tensor) else np.asarray(input_ids)
+    _refuse(unsupported, num_beams)
+    ids = _host(input_ids)
+    mask = np.ones_like(ids) if attention_mask is None else _host(attention_mask)
+    if num_return_sequences != 1:
+        _check_copies(lm, ids, num_return_sequences, do_sample)
+        ids, mask = (np.repeat(a, num_return_sequences, axis=0) for a in (ids, mask))
     _check(lm, ids, max_new_tokens, temperature, top_k, top_p)
-    loops = _loops.setdefault(lm, {})
-    loop = loops.get((do_sample, output_logits))
-    if loop is None:
-        loop = loops[(do_sample, output_logits)] = DecodeLoop(lm, do_sample, output_logits)
+    _check_mask(ids, mask)
+    _check_new_controls(min_p, repetition_penalty, min_length, min_new_tokens)
+    ids, mask = ids.astype(np.int64), mask.astype(np.int64)
+    eos = [] if eos_token_id is None else \
+        [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+    pad = pad_token_id if pad_token_id is not None else eos[0] if eos else -1
     batch, length = ids.shape
+    controls = logits_process.controls(
+        lm.vocab_size, length, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        repetition_penalty=repetition_penalty, min_length=min_length,
+        min_new_tokens=min_new_tokens or 0, eos_token_id=eos, pad_token_id=pad)
+    seen = logits_process.seen_tokens(ids, mask, lm.vocab_size)
     draws = np.zeros((lm.max_cache_len, batch), np.float32)
     if do_sample:
         draws[:max_new_tokens] = np.random.default_rng(seed).random((max_new_tokens, batch))
-    tokens, count, seen = loop(
-        Tensor(ids.astype(np.int64)), Tensor(np.arange(length, dtype=np.int64)),
-        Tensor(max_new_tokens, ms.int64), Tensor(draws), Tensor(temperature, ms.float32),
-        Tensor(np.iinfo(np.int64).max if top_k is None else top_k, ms.int64),
-        Tensor(top_p, ms.float32),
-        Tensor(-1 if eos_token_id is None else eos_token_id, ms.int64),
-        Tensor(_pad(eos_token_id, pad_token_id), ms.int64))
-    made = int(count.asnumpy())
-    sequences = Tensor(np.concatenate([ids.astype(np.int64), tokens.asnumpy()[:, :made]], 1))
+    loop = _loop(lm, do_sample, output_logits, streamer is not None)
+    if streamer is None:
+        tokens, count, logged = loop(Tensor(ids), Tensor(np.arange(length, dtype=np.int64)),
+                                     Tensor(mask), Tensor(max_new_tokens, ms.int64),
+                                     Tensor(draws), Tensor(seen), *controls)
+        made = int(count.asnumpy())
+        new = tokens.asnumpy()[:, :made]
+        logits = tuple(logged[i] for i in range(made)) if output_logits else ()
+    else:
+        new, logits = _stream(loop, ids, mask, max_new_tokens, draws, seen, controls, streamer,
+                              output_logits)
+    sequences = Tensor(np.concatenate([ids, new], 1))
     if not output_logits:
         return sequences
-    return GenerateOutput(sequences, tuple(seen[i] for i in range(made)))
+    return GenerateOutput(sequences, logits)
 
 
-def _pad(eos_token_id: int | None, pad_token_id: int | None) -> int:
-    if pad_token_id is not None:
-        return pad_token_id
-    return -1 if eos_token_id is None else eos_token_id
+def _loop(lm: CausalLM, do_sample: bool, output_logits: bool, stepwise: bool) -> nn.Cell:
+    loops = _loops.setdefault(lm, {})
+    key = (do_sample, output_logits and not stepwise, stepwise)
+    loop = loops.get(key)
+    if loop is None:
+        if stepwise:
+            loop = DecodeStep(lm, do_sample)
+            loop.set_inputs(*_step_inputs(lm))
+        else:
+            loop = DecodeLoop(lm, do_sample, output_logits)
+        loops[key] = loop
+    return loop
+
+
+def _stream(step: nn.Cell, ids: np.ndarray, mask: np.ndarray, max_new_tokens: int,
+            draws: np.ndarray, seen: np.ndarray, controls: logits_process.Controls,
+            streamer: Any, output_logits: bool) -> tuple[np.ndarray, tuple[Tensor, ...]]:
+    """DecodeLoop's loop in Python, a DecodeStep per token, the streamer called as
+    model.generate calls it: `put` with the prompt, then with each step's tokens (batch,),
+    then `end()`. The new tokens (batch, made), and the raw logits if asked for."""
+    streamer.put(torch.from_numpy(ids))
+    batch, length = ids.shape
+    inputs, positions = ids, np.arange(length, dtype=np.int64)
+    state, finished = Tensor(seen), Tensor(np.zeros(batch, np.bool_))
+    new, logits = [], []
+    for i in range(max_new_tokens):
+        token, state, finished, raw = step(Tensor(inputs), Tensor(positions), Tensor(mask),
+                                           Tensor(i, ms.int64), Tensor(draws[i]), state,
+                                           finished, *controls)
+        chosen = token.asnumpy()
+        streamer.put(torch.from_numpy(chosen))
+        new.append(chosen)
+        if output_logits:
+            logits.append(raw)
+        if finished.asnumpy().all():
+            break
+        inputs, positions = chosen.reshape(batch, 1), np.array([length + i], np.int64)
+        mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
+    streamer.end()
+    return np.stack(new, 1), tuple(logits)
+
+
+def _host(array: Tensor | np.ndarray) -> np.ndarray:
+    return array.asnumpy() if isinstance(array, Tensor) else np.asarray(array)
+
+
+def _refuse(unsupported: dict[str, Any], num_beams: int) -> None:
+    """TypeError for an argument generate does not take, naming those it takes."""
+    if num_beams != 1:
+        unsupported = {"num_beams": num_beams, **unsupported}
+    if unsupported:
+        names = [name for name, parameter in inspect.signature(generate).parameters.items()
+                 if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
+        what = ", ".join(f"{name}={value!r}" for name, value in unsupported.items())
+        beams = " (beam search is not supported)" if "num_beams" in unsupported else ""
+        raise TypeError(f"ms_aten.generate does not support {what}{beams}; it takes "
+                        f"{', '.join(names)}")
+
+
+def _check_copies(lm: CausalLM, ids: np.ndarray, copies: int, do_sample: bool) -> None:
+    if not do_sample and copies > 1:
+        raise ValueError(f"ms_aten.generate: num_return_sequences={copies} needs do_sample=True "
+                         f"(greedy decoding makes one sequence per prompt), as in "
+                         f"model.generate")
+    if copies < 1 or ids.ndim != 2 or len(ids) * copies != lm.batch_size:
+        raise ValueError(f"ms_aten.generate: {len(ids)} prompts with num_return_sequences="
+                         f"{copies} make {len(ids) * copies} sequences, but the cache holds "
+                         f"batch_size={lm.batch_size} (fixed when the cell was made)")
+
+
+def _check_mask(ids: np.ndarray, mask: np.ndarray) -> None:
+    """The mask must be input_ids' shape, 0 and 1, each row left padding then its prompt."""
+    if mask.shape != ids.shape:
+        raise ValueError(f"ms_aten.generate: attention_mask has shape {list(mask.shape)}, but "
+                         f"input_ids has {list(ids.shape)}")
+    if not np.isin(mask, (0, 1)).all():
+        raise ValueError("ms_aten.generate: attention_mask must hold 0 (padding) and 1 (a "
+                         "token) only")
+    bad = np.flatnonzero((np.diff(mask, axis=1) < 0).any(1) | (mask[:, -1] == 0))
+    if bad.size:
+        raise ValueError(f"ms_aten.generate: attention_mask row {int(bad[0])} is not left "
+                         f"padding (zeros, then ones to the end, at least one): pad a batch "
+                         f"of prompts on the left (tokenizer.padding_side = 'left'), as "
+                         f"decoder-only models need")
+
+
+def _check_new_controls(min_p: float | None, repetition_penalty: float, min_length: int,
+                        min_new_tokens: int | None) -> None:
+    if repetition_penalty <= 0 or (min_p is not None and not 0 <= min_p <= 1) or \
+            min_length < 0 or (min_new_tokens is not None and min_new_tokens < 0):
+        raise ValueError(f"ms_aten.generate: needs repetition_penalty > 0, 0 <= min_p <= 1 "
+                         f"or None, min_length >= 0 and min_new_tokens >= 0 or None; got "
+                         f"{repetition_penalty}, {min_p}, {min_length}, {min_new_tokens}")
 
 
 def _check(lm: CausalLM, ids: np.ndarray, max_new_tokens: int, temperature: float,
@@ -179,6 +317,6 @@ def _check(lm: CausalLM, ids: np.ndarray, max_new_tokens: int, temperature: floa
         raise ValueError(f"ms_aten.generate: a prompt of {ids.shape[1]} tokens and "
                          f"max_new_tokens={max_new_tokens} need {needed} cache positions, past "
                          f"max_cache_len={lm.max_cache_len}")
-    if temperature <= 0 or not 0 < top_p <= 1 or (top_k is not None and top_k < 1):
+    if temperature <= 0 or not 0 < top_p <= 1 or (top_k is not None and top_k < 0):
         raise ValueError(f"ms_aten.generate: sampling needs temperature > 0, 0 < top_p <= 1, "
-                         f"top_k >= 1 or None; got {temperature}, {top_p}, {top_k}")
+                         f"top_k >= 0 or None; got {temperature}, {top_p}, {top_k}")

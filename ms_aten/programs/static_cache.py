@@ -34,11 +34,14 @@ class PrefixLayer(StaticLayer):
 
 class StaticCacheLM(torch.nn.Module):
     """transformers' static-cache wrapper called as forward(input_ids, cache_position,
-    attended), its cache's layers PrefixLayers: `attended` is a tensor whose length (a dynamic
-    dim) is the number of cache positions the step attends to, the last position + 1; its
-    values are not read. (transformers' own forward has inputs_embeds between the first two,
-    which positional example inputs would fill. The program and its messages are named after
-    this class.)"""
+    attention_mask), its cache's layers PrefixLayers. `attention_mask` is transformers' 2D mask
+    (batch, positions so far): its length (a dynamic dim) is the number of cache positions the
+    step attends to, the last position + 1, and its zeros are the left padding of a batch of
+    prompts of different lengths, masked in every step. Each row's position ids come from it
+    as model.generate makes them (the count of unpadded tokens before each, 0 on padding). (The
+    wrapper's own forward passes no mask, and has inputs_embeds between the first two, which
+    positional example inputs would fill. The program and its messages are named after this
+    class.)"""
 
     def __init__(self, wrapper: torch.nn.Module) -> None:
         super().__init__()
@@ -48,11 +51,18 @@ class StaticCacheLM(torch.nn.Module):
         cache_layers[:] = self.layers
 
     def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor,
-                attended: torch.Tensor) -> torch.Tensor:
+                attention_mask: torch.Tensor) -> torch.Tensor:
+        positions = attention_mask.long().cumsum(-1) - 1
+        position_ids = positions.masked_fill(attention_mask == 0, 0)[:, -input_ids.shape[1]:]
         for layer in self.layers:
-            layer.attended = attended.shape[0]
+            layer.attended = attention_mask.shape[1]
+            # What the wrapper's forward does first: the cache's length is where the new
+            # tokens go, so that one program serves every generation without a reset.
+            layer.cumulative_length.copy_(cache_position[0])
         try:
-            return self.wrapper(input_ids=input_ids, cache_position=cache_position)
+            return self.wrapper.model(  # type: ignore[operator]
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                past_key_values=self.wrapper.static_cache, use_cache=True).logits
         finally:
             for layer in self.layers:
                 layer.attended = None

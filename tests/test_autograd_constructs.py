@@ -6,11 +6,13 @@ from __future__ import annotations
 import copy
 
 import mindspore as ms
+import models
 import numpy as np
 import pytest
 import torch
 from loss_cell import SumOf
 from mindspore import nn
+from training import train_ms, train_torch
 
 import ms_aten
 from ms_aten import to_ms, to_torch
@@ -277,3 +279,27 @@ def test_a_function_under_compile_keeps_its_backward(tmp_path):
     for grad, param in zip(grads, cell.trainable_params(), strict=True):
         np.testing.assert_allclose(grad.asnumpy(), want_grads[param.name.split("net.")[-1]],
                                    rtol=1e-5, atol=1e-6, err_msg=param.name)
+
+
+class QuantizedGELU(torch.nn.Module):
+    """A straight-through quantizer after GPT-2's MLP activation (quantization-aware training)."""
+
+    def __init__(self, act: torch.nn.Module) -> None:
+        super().__init__()
+        self.act = act
+
+    def forward(self, x):
+        return RoundSTE.apply(self.act(x) * 4) / 4
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_gpt2_with_a_straight_through_quantizer_trains_like_torch(mode):
+    torch.manual_seed(0)
+    case = models.gpt2(dropout=0.0)
+    for block in case.module.transformer.h:
+        block.mlp.act = QuantizedGELU(block.mlp.act)
+    ms_losses, cell, _ = train_ms(case, mode, lambda p: ms_aten.optim.Adam(p, lr=1e-3), steps=10)
+    assert cell.program.spec.count("call ms_aten_autograd::function") == 2
+    torch_losses, _, _ = train_torch(case, lambda p: torch.optim.Adam(p, lr=1e-3), steps=10)
+    np.testing.assert_allclose(ms_losses, torch_losses, rtol=1e-4)
+    assert torch_losses[-1] < torch_losses[0]

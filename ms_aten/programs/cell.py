@@ -114,3 +114,20 @@ class ProgramCell(nn.Cell):
         if kwargs.get(LEAVES, False):
             return outputs
         return build(self._nodes, outputs)
+
+
+def _opaque_to_rewrite() -> None:
+    """MindSpore's rewrite (amp's O1) turns each Cell's construct into a tree of MindSpore
+    calls and executes its source again as a module of its own; a ProgramCell's construct calls
+    one primitive and nothing to rewrite, so it is a leaf there, as SequentialCell is (rewrite's
+    list of leaves has no public API in MindSpore 2.10)."""
+    try:
+        from mindspore.rewrite.common import namespace
+    except ImportError:
+        return
+    leaves = getattr(namespace, "_subtree_black_list", None)
+    if isinstance(leaves, list) and ProgramCell not in leaves:
+        leaves.append(ProgramCell)
+
+
+_opaque_to_rewrite()

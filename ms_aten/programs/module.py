@@ -1,6 +1,7 @@
 """ms_aten.module: a torch.nn.Module as a MindSpore Cell whose weights are MindSpore Parameters."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ from .structure import Inputs, Node, output_nodes
 
 # Each submodule's mode (torch's `training`), in named_modules' order.
 Modes = tuple[bool, ...]
+# MindSpore's mixed-precision flags (Cell.to_float, amp O2/O3) -> the dtype of torch.autocast.
+AUTOCAST_FLAGS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": None}
 
 
 class TorchModule(ProgramCell):
@@ -90,7 +93,9 @@ class TorchModule(ProgramCell):
                             for key, t in module.state_dict(keep_vars=True).items()
                             if id(t) in by_tensor}
         self._weight_shapes = [list(p.shape) for p in self.weights]
-        self._functions: dict[Modes, tuple[AtenFunction, tuple[Node, ...]]] = {}
+        self._functions: dict[tuple[Modes, torch.dtype | None],
+                              tuple[AtenFunction, tuple[Node, ...]]] = {}
+        self._autocast: torch.dtype | None = None
         # Each submodule's mode in the Cell's train mode: as the tree is now when its root is in
         # train mode, else torch's model.train() (every module in train mode).
         self._torch_submodules = dict(module.named_modules())
@@ -112,6 +117,10 @@ class TorchModule(ProgramCell):
         for m, mode in zip(self._torch_submodules.values(), self._modes(training), strict=True):
             m.training = mode
         inputs = self._inputs
+        forward = module.__dict__.get("forward")
+        if self._autocast is not None:
+            # torch.export keeps an autocast entered inside forward (an outer one it drops).
+            module.forward = _autocast(module.forward, self._autocast)
         try:
             # The strictness that captured the first time captures every later time.
             exported, self._strict = export(module, example[0], self._name,
@@ -120,6 +129,10 @@ class TorchModule(ProgramCell):
         finally:
             for m, mode in before.items():
                 m.training = mode
+            if forward is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = forward
         compiled = None
         if self._compile is not None:
             training = training if self._compile.training is None else self._compile.training
@@ -132,7 +145,7 @@ class TorchModule(ProgramCell):
         return program, output_nodes(exported.call_spec.out_spec)
 
     def _select(self, training: bool) -> None:
-        modes = self._modes(training)
+        modes = self._modes(training), self._autocast
         if modes not in self._functions:
             def recapture(signature: Signature) -> Program:
                 example = self._inputs.example(list(example_like(signature)))
@@ -149,6 +162,21 @@ class TorchModule(ProgramCell):
         submodule its train-mode mode (see TorchModule)."""
         super().set_train(mode)
         self._select(mode)
+        return self
+
+    def add_flags(self, **flags: Any) -> TorchModule:
+        """MindSpore's mixed precision (`to_float`, amp O2 and O3, `build_train_network`) runs
+        the program under torch.autocast of that dtype, as torch's own mixed precision: the
+        Parameters stay float32 (master weights), each op runs in the dtype autocast gives it.
+        To MindSpore the Cell is then float32, so that it casts neither the weights nor the
+        inputs."""
+        wanted = [AUTOCAST_FLAGS[k] for k, on in flags.items() if k in AUTOCAST_FLAGS and on]
+        if not wanted or getattr(self, "_functions", None) is None:  # not amp, or in __init__
+            return super().add_flags(**flags)
+        super().add_flags(**{**{k: False for k in AUTOCAST_FLAGS}, "fp32": True})
+        if wanted[0] != self._autocast:
+            self._autocast = wanted[0]
+            self._select(self.training)
         return self
 
     def set_submodule_train(self, name: str, mode: bool = True) -> TorchModule:
@@ -184,6 +212,14 @@ class TorchModule(ProgramCell):
         values = {name: to_torch(p.value())
                   for name, p in zip(self._weight_names, self.weights, strict=True)}
         return {key: values[name] for key, name in self._state_keys.items()}
+
+
+def _autocast(forward, dtype: torch.dtype):
+    @functools.wraps(forward)  # torch.export reads the signature through __wrapped__
+    def autocast_forward(*args, **kwargs):
+        with torch.autocast("cpu", dtype=dtype):
+            return forward(*args, **kwargs)
+    return autocast_forward
 
 
 def module(torch_module: torch.nn.Module, args: tuple = (),

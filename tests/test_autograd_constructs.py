@@ -303,3 +303,25 @@ def test_gpt2_with_a_straight_through_quantizer_trains_like_torch(mode):
     torch_losses, _, _ = train_torch(case, lambda p: torch.optim.Adam(p, lr=1e-3), steps=10)
     np.testing.assert_allclose(ms_losses, torch_losses, rtol=1e-4)
     assert torch_losses[-1] < torch_losses[0]
+
+
+@pytest.mark.parametrize("construct", ["no_grad", "inference_mode", "enable_grad_inside_no_grad"])
+def test_a_strict_capture_keeps_grad_mode_regions(construct):
+    """TorchDynamo drops inference_mode silently; it is traced as no_grad there too."""
+    torch.manual_seed(0)
+    module = Net(construct)
+    set_mode("pynative")
+    cell = ms_aten.module(copy.deepcopy(module), (X,), strict=True)
+    _, want_dx, _ = torch_gradients(module)
+    np.testing.assert_allclose(ms.grad(cell)(to_ms(X)).asnumpy(), want_dx, rtol=1e-5, atol=1e-6)
+
+
+def test_a_strict_capture_refuses_functions_and_hooks_by_name():
+    with pytest.raises(ms_aten.CaptureError, match=r"a strict capture inlines a custom "
+                       r"torch.autograd.Function's forward and loses its backward \(File "
+                       r"\".*test_autograd_constructs.py\", line \d+, in forward\); capture "
+                       r"with strict=False"):
+        ms_aten.module(Net("grad_reverse"), (X,), strict=True)
+    with pytest.raises(ms_aten.CaptureError, match=r"Tensor.register_hook\(\) .* would never "
+                                                   r"run"):
+        ms_aten.module(Captures(_tensor_hook), (torch.randn(3, 2),), strict=True)

@@ -18,7 +18,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = "<!-- test: run -->"
 # The pages whose topic is code a reader types in: each must hold at least one program.
 MUST_HOLD_PROGRAMS = ("README.md", "docs/index.md", "docs/ops.md", "docs/porting.md",
-                      "docs/dynamic_shapes.md", "docs/decoding.md", "docs/compile.md")
+                      "docs/dynamic_shapes.md", "docs/decoding.md", "docs/compile.md",
+                      "docs/common_tasks.md")
 MODE = re.compile(r"ms\.set_context\(mode=ms\.(GRAPH|PYNATIVE)_MODE\)")
 TIME_LIMIT_S = 300  # the programs take seconds (tiny models); this only stops a hang
 

@@ -16,6 +16,7 @@ inside forward").
 from __future__ import annotations
 
 import contextlib
+import os
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -50,9 +51,28 @@ def keep_grad_regions(gm: torch.fx.GraphModule) -> int:
     return count
 
 
+def refuse_traced_functions(gm: torch.fx.GraphModule, name: str) -> None:
+    """CaptureError for a custom autograd.Function in a strict (TorchDynamo) capture, which
+    inlines its forward and loses its backward; non-strict keeps it (autograd_functions.py)."""
+    for node in gm.graph.nodes:
+        if any(entry[0] == "autograd.function" for entry in node.meta.get("source_fn_stack") or ()):
+            frames = [line.strip() for line in (node.meta.get("stack_trace") or "").splitlines()
+                      if line.strip().startswith("File ")]
+            raise CaptureError(
+                f"ms_aten: {name}: a strict capture inlines a custom torch.autograd.Function's "
+                f"forward and loses its backward ({frames[-1] if frames else node.name}); "
+                f"capture with strict=False, which keeps it")
+    for child in gm.children():
+        if isinstance(child, torch.fx.GraphModule):
+            refuse_traced_functions(child, name)
+
+
 def _refuse_tensor_hook(method: str, name: str):
     def refuse(tensor: torch.Tensor, hook: Any, *args: Any, **kwargs: Any):
-        frame = traceback.extract_stack(limit=2)[0]
+        # The caller: the innermost frame outside torch (a strict capture calls from torch's).
+        frames = traceback.extract_stack()[:-1]
+        frame = next((f for f in reversed(frames) if f"{os.sep}torch{os.sep}" not in f.filename
+                      and not f.filename.startswith("<")), frames[-1])
         raise CaptureError(
             f"ms_aten: {name}: Tensor.{method}() at {frame.filename}:{frame.lineno} would "
             f"never run: MindSpore computes the gradients; make the change a custom "
@@ -95,15 +115,26 @@ def _exit_as_no_grad(self, *exc: Any) -> None:
     self._ms_aten_grad.__exit__(*exc)
 
 
+def _inference_mode_function(mode: Any = True) -> Any:
+    """torch.inference_mode as TorchDynamo can trace it (it drops the real one silently)."""
+    if callable(mode):  # @torch.inference_mode on a function
+        return torch.no_grad()(mode)
+    return torch.no_grad() if mode else contextlib.nullcontext()
+
+
 @contextlib.contextmanager
 def _inference_mode_as_no_grad() -> Iterator[None]:
+    # Non-strict runs the class's methods (however the module named it); strict, what the
+    # name torch.inference_mode holds.
     _INFERENCE_MODE.__enter__ = _enter_as_no_grad  # type: ignore[method-assign]
     _INFERENCE_MODE.__exit__ = _exit_as_no_grad  # type: ignore[method-assign]
+    torch.inference_mode = _inference_mode_function  # type: ignore[assignment,misc]
     try:
         yield
     finally:
         _INFERENCE_MODE.__enter__, _INFERENCE_MODE.__exit__ = (  # type: ignore[method-assign]
             _INFERENCE_ENTER_EXIT)
+        torch.inference_mode = _INFERENCE_MODE  # type: ignore[misc]
 
 
 @contextlib.contextmanager
@@ -124,8 +155,8 @@ def capturing(module: torch.nn.Module, name: str, strict: bool) -> Iterator[None
     refuse_hooks(module, name)
     with contextlib.ExitStack() as stack:
         stack.enter_context(torch.enable_grad())
-        if not strict:  # TorchDynamo traces Python itself; these patches are non-strict's
+        stack.enter_context(_refusing_tensor_hooks(name))
+        stack.enter_context(_inference_mode_as_no_grad())
+        if not strict:  # TorchDynamo inlines Functions itself: refuse_traced_functions
             stack.enter_context(autograd_functions.as_nodes())
-            stack.enter_context(_inference_mode_as_no_grad())
-            stack.enter_context(_refusing_tensor_hooks(name))
         yield

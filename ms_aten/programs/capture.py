@@ -80,6 +80,8 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
                 with autograd_constructs.capturing(module, name, attempt):
                     exported = torch.export.export(module, inputs, keywords,
                                                    dynamic_shapes=dynamic_shapes, strict=attempt)
+                if attempt:
+                    autograd_constructs.refuse_traced_functions(exported.graph_module, name)
                 autograd_constructs.keep_grad_regions(exported.graph_module)
                 return exported.run_decompositions({}), attempt
         except CaptureError:

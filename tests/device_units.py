@@ -4,9 +4,9 @@ backend's headers; and the headers of the torch_npu wheel that matches this torc
 """
 from __future__ import annotations
 
-import ast
 import os
 import re
+import runpy
 import subprocess
 import sys
 import tempfile
@@ -23,13 +23,9 @@ CSRC = ROOT / "csrc"
 COMPILER = os.environ.get("CXX", "c++")
 
 
-def setup_constant(name: str) -> list[str]:
-    """A module-level list literal of setup.py (which cannot be imported: it runs the build)."""
-    for node in ast.parse((ROOT / "setup.py").read_text()).body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(target, ast.Name) and target.id == name for target in node.targets):
-            return list(ast.literal_eval(node.value))
-    raise LookupError(f"setup.py assigns no {name}")
+# scripts/build_bridge.py, the GPU machine's build, reads setup.py's lists for both (setup.py
+# cannot be imported: it runs the build).
+setup_constant = runpy.run_path(str(ROOT / "scripts" / "build_bridge.py"))["setup_constant"]
 
 
 def units_with(macro: str) -> list[str]:

@@ -134,13 +134,8 @@ def torch_gradients(module: torch.nn.Module) -> tuple[float, np.ndarray, dict[st
         for n, p in module.named_parameters()}
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("construct", CONSTRUCTS)
-def test_value_and_every_gradient_match_torch(construct, mode):
-    torch.manual_seed(0)
-    module = Net(construct)
-    set_mode(mode)
-    cell = ms_aten.module(copy.deepcopy(module), (X,))
+def assert_gradients_match(cell: ms_aten.TorchModule, module: torch.nn.Module) -> None:
+    """The value, the input's gradient and every parameter's, by name, against torch's."""
     value, (dx, grads) = ms.value_and_grad(Call(cell), 0, cell.trainable_params())(to_ms(X))
     want, want_dx, want_grads = torch_gradients(module)
     assert float(value) == pytest.approx(want, rel=1e-5)
@@ -148,6 +143,16 @@ def test_value_and_every_gradient_match_torch(construct, mode):
     for grad, param in zip(grads, cell.trainable_params(), strict=True):
         np.testing.assert_allclose(grad.asnumpy(), want_grads[param.name.split("net.")[-1]],
                                    rtol=1e-5, atol=1e-6, err_msg=param.name)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("construct", CONSTRUCTS)
+def test_value_and_every_gradient_match_torch(construct, mode):
+    torch.manual_seed(0)
+    module = Net(construct)
+    set_mode(mode)
+    cell = ms_aten.module(copy.deepcopy(module), (X,))
+    assert_gradients_match(cell, module)
 
 
 def test_function_nodes_run_the_function_without_autograd_too():
@@ -272,13 +277,7 @@ def test_a_function_under_compile_keeps_its_backward(tmp_path):
     cell = ms_aten.module(copy.deepcopy(module), (X,),
                           compile={"cache_dir": tmp_path, "training": True})
     assert cell.program.compiled is not None
-    value, (dx, grads) = ms.value_and_grad(Call(cell), 0, cell.trainable_params())(to_ms(X))
-    want, want_dx, want_grads = torch_gradients(module)
-    assert float(value) == pytest.approx(want, rel=1e-5)
-    np.testing.assert_allclose(dx.asnumpy(), want_dx, rtol=1e-5, atol=1e-6)
-    for grad, param in zip(grads, cell.trainable_params(), strict=True):
-        np.testing.assert_allclose(grad.asnumpy(), want_grads[param.name.split("net.")[-1]],
-                                   rtol=1e-5, atol=1e-6, err_msg=param.name)
+    assert_gradients_match(cell, module)
 
 
 class QuantizedGELU(torch.nn.Module):

@@ -111,25 +111,34 @@ def test_an_eval_mode_dropout_in_a_train_mode_model_does_not_drop(mode):
     np.testing.assert_allclose(second, net(X).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
+def train_like_torch(cell: ms_aten.TorchModule, module: torch.nn.Module, x: torch.Tensor,
+                     steps: int, lr: float, rtol: float) -> None:
+    """`steps` of MindSpore's TrainOneStepCell + nn.SGD (it calls set_train(True), as every
+    MindSpore training wrapper) against torch's SGD: the losses, then every weight and
+    statistic."""
+    classes = cell.program.output_shapes[0][-1]
+    step = nn.TrainOneStepCell(Summed(cell, classes),
+                               nn.SGD(cell.trainable_params(), learning_rate=lr))
+    step.set_train(True)
+    optimizer = torch.optim.SGD(module.parameters(), lr=lr)
+    for _ in range(steps):
+        value = float(step(to_ms(x)))
+        optimizer.zero_grad()
+        want = (module(x) * torch.arange(float(classes))).sum()
+        want.backward()
+        optimizer.step()
+        assert value == pytest.approx(want.item(), rel=rtol, abs=rtol / 10)
+    state = cell.torch_state_dict()
+    for name, expected in module.state_dict().items():
+        torch.testing.assert_close(state[name], expected, rtol=rtol, atol=rtol / 10, msg=name)
+
+
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_train_one_step_cell_keeps_the_backbone_frozen(mode):
     net = frozen_backbone()
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(net), (X,))
-    loss = Summed(cell)
-    step = nn.TrainOneStepCell(loss, nn.SGD(cell.trainable_params(), learning_rate=0.1))
-    step.set_train(True)  # what MindSpore's training wrappers do
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
-    for _ in range(3):
-        value = float(step(to_ms(X)))
-        optimizer.zero_grad()
-        want = (net(X) * torch.arange(3.0)).sum()
-        want.backward()
-        optimizer.step()
-        assert value == pytest.approx(want.item(), rel=1e-4)
-    state = cell.torch_state_dict()
-    for name, expected in net.state_dict().items():
-        torch.testing.assert_close(state[name], expected, rtol=1e-4, atol=1e-5, msg=name)
+    train_like_torch(cell, net, X, steps=3, lr=0.1, rtol=1e-4)
 
 
 def test_set_train_back_and_forth_and_changing_a_submodule():
@@ -220,16 +229,4 @@ def test_resnet_with_frozen_batchnorms_and_a_new_head_trains_like_torch(mode):
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(model), (x,))
     assert not cell.program.mutations
-    loss = Summed(cell, 4)
-    step = nn.TrainOneStepCell(loss, nn.SGD(cell.trainable_params(), learning_rate=0.01))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    for _ in range(5):
-        value = float(step(to_ms(x)))
-        optimizer.zero_grad()
-        want = (model(x) * torch.arange(4.0)).sum()
-        want.backward()
-        optimizer.step()
-        assert value == pytest.approx(want.item(), rel=1e-3, abs=1e-4)
-    state = cell.torch_state_dict()
-    for name, expected in model.state_dict().items():
-        torch.testing.assert_close(state[name], expected, rtol=1e-3, atol=1e-4, msg=name)
+    train_like_torch(cell, model, x, steps=5, lr=0.01, rtol=1e-3)

@@ -1,11 +1,14 @@
 """A captured program as a MindSpore Cell: what TorchModule and TorchFunction share."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from mindspore import Tensor, nn
 
 from ..native import dtypes
 from .primitive import AtenFunction
-from .program import Program
+from .program import Program, Signature
 from .structure import LEAVES, Inputs, Node, build, check_call, pick
 
 
@@ -67,8 +70,29 @@ class ProgramCell(nn.Cell):
         # form set_inputs declares for a dynamic capture.
         # The outputs come back flat and nest here: a dict among a compiled graph's own outputs
         # makes MindSpore 2.10 type them Any, and recompile the program's kernel where it cannot.
-        flat = super().__call__(*self._inputs.flatten(args, kwargs), **{LEAVES: True})
-        return build(self._nodes, flat)
+        leaves = self._inputs.flatten(args, kwargs)
+        self._check_inputs(leaves)
+        return build(self._nodes, super().__call__(*leaves, **{LEAVES: True}))
+
+    def _check_inputs(self, leaves: Sequence[object], owner: str = "") -> None:
+        """TypeError naming the input and what the program takes, for an input that is not a
+        MindSpore Tensor (a numpy array), or, for a dynamic capture, of another rank or dtype:
+        in the same words in both modes, before MindSpore's call (a static capture takes other
+        shapes and dtypes by capturing again)."""
+        owner = owner or self._owner
+        program = self.program
+        for name, value, shape, dtype in zip(program.input_names, leaves,
+                                             program.signature.shapes, program.signature.dtypes,
+                                             strict=False):
+            takes = Signature((shape,), (dtype,)).describe()
+            if not isinstance(value, Tensor):
+                kind = f"{type(value).__module__}.{type(value).__qualname__}"
+                raise TypeError(f"{owner}: input '{name}' is a {kind}, where it takes a "
+                                f"MindSpore Tensor {takes}")
+            if program.dynamic and (len(value.shape) != len(shape)
+                                    or value.dtype != dtypes.to_ms(dtype)):
+                got = f"{_dtype_name(value.dtype)}{list(value.shape)}"
+                raise TypeError(f"{owner}: input '{name}' is {got}, where it takes {takes}")
 
     def _leaves(self, args, kwargs):
         """The program's user inputs from construct's arguments."""
@@ -96,3 +120,18 @@ class ProgramCell(nn.Cell):
         if kwargs.get(LEAVES, False):
             return outputs
         return build(self._nodes, outputs)
+
+
+def _dtype_name(dtype: Any) -> str:
+    try:
+        return dtypes.spec_name(dtype)
+    except TypeError:  # a MindSpore dtype torch lacks
+        return str(dtype)
+
+
+def call(function: AtenFunction, weights: tuple, inputs: tuple):
+    """function(*weights, *inputs), for a construct (graph syntax): a primitive called with
+    starred arguments in construct itself (`self.op(*args)`, `self.op(*self.weights, x)`) makes
+    MindSpore 2.10's GRAPH mode keep the Cell alive for the process's life, a MindSpore Cell as
+    much as ours; called here, from a function the tuples are passed to, it is freed."""
+    return function(*weights, *inputs)

@@ -10,6 +10,8 @@ import torch
 from mindspore import Tensor, nn
 from torch.export import Dim
 
+from .cell import call
+from .decode_checks import check_tokens
 from .module import TorchModule
 from .structure import LEAVES, build
 
@@ -29,9 +31,10 @@ class CausalLM(TorchModule):
     another graph given by the caller (ms_aten.generate's loop), or else sliced by the
     position's value, which GRAPH mode stops the graph to read.
 
-    Refused before the program runs, in both modes: a batch size other than the cache's, and a
-    cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error would leave the
-    compiled graph unable to run again).
+    Refused before the program runs, in both modes: an input that is not a MindSpore Tensor of
+    the program's rank and dtype, a batch size other than the cache's, a token outside the
+    vocabulary, and a cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error
+    would leave the compiled graph unable to run again).
 
     `compile=True`: the step runs as code AOTInductor compiled (compiled.py), one library for
     every sequence length, which writes the cache's new rows in place itself.
@@ -63,6 +66,9 @@ class CausalLM(TorchModule):
             config.cache_implementation, config.use_cache = saved
         self.max_cache_len = max_cache_len
         self.batch_size = batch_size
+        # The embedding's rows: a token past them is refused on the host (decode_checks).
+        self.vocab_size = int(getattr(model.get_input_embeddings(), "num_embeddings",
+                                      model.config.vocab_size))
         # The program's `attended` input is a prefix of these.
         self._arange = np.arange(max_cache_len, dtype=np.int64)
         self._positions = Tensor(self._arange)
@@ -86,6 +92,7 @@ class CausalLM(TorchModule):
         self._check(input_ids, _host(cache_position))
 
     def _check(self, input_ids: Tensor, positions: np.ndarray) -> None:
+        check_tokens(self._where, _host(input_ids), self.vocab_size)
         if len(input_ids.shape) == 2 and input_ids.shape[0] != self.batch_size:
             raise ValueError(f"{self._where}: input_ids has batch size {input_ids.shape[0]}, "
                              f"but the cache holds batch_size={self.batch_size} (fixed when "
@@ -107,6 +114,7 @@ class CausalLM(TorchModule):
         # Before MindSpore's call, which in GRAPH mode goes straight to the compiled graph;
         # a call from inside another graph (ms_aten.generate's loop) is compiled into it and is
         # not checked here.
+        self._check_inputs([input_ids, cache_position], self._where)
         positions = _host(cache_position)
         self._check(input_ids, positions)
         if attended is None:
@@ -120,13 +128,12 @@ class CausalLM(TorchModule):
     def construct(self, input_ids, cache_position, attended=None, **kwargs):
         if attended is None:  # a call inside another graph
             attended = self._positions[:cache_position[-1] + 1]
-        return self._outputs(self._function(*self.weights, input_ids, cache_position, attended),
-                             kwargs)
+        return self._outputs(call(self._function, self.weights,
+                                  (input_ids, cache_position, attended)), kwargs)
 
 
-def _host(cache_position: Tensor | np.ndarray) -> np.ndarray:
-    return cache_position.asnumpy() if isinstance(cache_position, Tensor) else \
-        np.asarray(cache_position)
+def _host(value: Tensor | np.ndarray) -> np.ndarray:
+    return value.asnumpy() if isinstance(value, Tensor) else np.asarray(value)
 
 
 def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *,

@@ -3,7 +3,6 @@ names of transformers' generate; in GRAPH mode the whole loop (prompt, every tok
 is one compiled graph."""
 from __future__ import annotations
 
-import weakref
 from typing import NamedTuple
 
 import mindspore as ms
@@ -11,6 +10,9 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from .causal_lm import CausalLM
+from .decode_checks import check_sampling, check_tokens
+
+_LOOPS = "_ms_aten_decode_loops"
 
 
 class GenerateOutput(NamedTuple):
@@ -107,11 +109,6 @@ def sample(logits, draw, temperature, top_k, top_p):
     return ops.gather_elements(order, 1, rank.reshape(-1, 1)).reshape(-1)
 
 
-# Per Cell and kind, the loop already made (GRAPH mode compiles each once).
-_loops: weakref.WeakKeyDictionary[CausalLM, dict[tuple[bool, bool], DecodeLoop]] = \
-    weakref.WeakKeyDictionary()
-
-
 def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *, max_new_tokens: int,
              do_sample: bool = False, temperature: float = 1.0, top_k: int | None = 50,
              top_p: float = 1.0, eos_token_id: int | None = None,
@@ -134,7 +131,9 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *, max_new_tokens: in
                         f"got {type(lm).__name__}")
     ids = input_ids.asnumpy() if isinstance(input_ids, Tensor) else np.asarray(input_ids)
     _check(lm, ids, max_new_tokens, temperature, top_k, top_p)
-    loops = _loops.setdefault(lm, {})
+    # Per Cell and kind, the loop already made (GRAPH mode compiles each once), kept by the Cell
+    # (not a sub-Cell of it): a loop holds its Cell, and a table outside it kept both alive.
+    loops: dict[tuple[bool, bool], DecodeLoop] = lm.__dict__.setdefault(_LOOPS, {})
     loop = loops.get((do_sample, output_logits))
     if loop is None:
         loop = loops[(do_sample, output_logits)] = DecodeLoop(lm, do_sample, output_logits)
@@ -179,6 +178,5 @@ def _check(lm: CausalLM, ids: np.ndarray, max_new_tokens: int, temperature: floa
         raise ValueError(f"ms_aten.generate: a prompt of {ids.shape[1]} tokens and "
                          f"max_new_tokens={max_new_tokens} need {needed} cache positions, past "
                          f"max_cache_len={lm.max_cache_len}")
-    if temperature <= 0 or not 0 < top_p <= 1 or (top_k is not None and top_k < 1):
-        raise ValueError(f"ms_aten.generate: sampling needs temperature > 0, 0 < top_p <= 1, "
-                         f"top_k >= 1 or None; got {temperature}, {top_p}, {top_k}")
+    check_tokens("ms_aten.generate", ids, lm.vocab_size)
+    check_sampling("ms_aten.generate", temperature, top_k, top_p)

@@ -86,13 +86,16 @@ class ProgramCell(nn.Cell):
                                              strict=False):
             takes = Signature((shape,), (dtype,)).describe()
             if not isinstance(value, Tensor):
-                kind = f"{type(value).__module__}.{type(value).__qualname__}"
-                raise TypeError(f"{owner}: input '{name}' is a {kind}, where it takes a "
+                kind = type(value).__qualname__
+                if type(value).__module__ != "builtins":
+                    kind = f"{type(value).__module__}.{kind}"
+                raise TypeError(f"{owner}: input '{name}' is a {kind}, where the program takes a "
                                 f"MindSpore Tensor {takes}")
             if program.dynamic and (len(value.shape) != len(shape)
                                     or value.dtype != dtypes.to_ms(dtype)):
                 got = f"{_dtype_name(value.dtype)}{list(value.shape)}"
-                raise TypeError(f"{owner}: input '{name}' is {got}, where it takes {takes}")
+                raise TypeError(f"{owner}: input '{name}' is {got}, where the program takes "
+                                f"{takes}")
 
     def _leaves(self, args, kwargs):
         """The program's user inputs from construct's arguments."""

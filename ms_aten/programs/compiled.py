@@ -18,7 +18,9 @@ the autograd node the op records.
 - Compiled libraries are cached on disk under a key of the graph, its inputs' shapes and dtypes,
   what it differentiates, torch's version, the CPU's vector ISA and the thread count the code is
   generated for (ms_aten's: its kernels run on ms_aten's launch thread, in ATen's one OpenMP
-  team). A second Cell of the same model compiles nothing.
+  team). A second Cell of the same model compiles nothing. An entry is checked whole before it
+  is loaded, and a damaged one compiled again (compile_cache.py); the ISA is remembered in the
+  cache, so that loading needs no C++ compiler.
 - Buffers the graph updates: an inference graph writes them in place, inside the compiled code
   (a KV cache's new rows and nothing else: `copy_` of the new value into the buffer, which
   Inductor turns back into the in-place scatter); the op is then `compiled.writes`, which

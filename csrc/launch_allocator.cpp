@@ -3,9 +3,14 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <bit>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,6 +22,8 @@ namespace {
 // than it saves.
 constexpr size_t kMinBytes = size_t{256} << 10;
 constexpr int64_t kDefaultLimitMb = 2048;
+// The most MiB whose bytes an int64_t holds (native/memory.py's MAX_MB).
+constexpr int64_t kMaxLimitMb = std::numeric_limits<int64_t>::max() >> 20;
 
 // Sizes rounded up to an eighth of their power of two (at least 64 KiB), so that the nearly equal
 // sizes of a growing sequence share blocks, for at most 12.5 % more memory.
@@ -28,10 +35,13 @@ size_t rounded(size_t n) {
 int64_t limit_from_environment() {
   const char* value = std::getenv("MS_ATEN_CPU_CACHE_MB");
   if (value == nullptr || *value == '\0') return kDefaultLimitMb << 20;
+  // ms_aten's import refused a value that is not a whole number, or past kMaxLimitMb, already.
   try {
-    return std::max<int64_t>(std::stoll(value), 0) << 20;
+    return std::clamp<int64_t>(std::stoll(value), 0, kMaxLimitMb) << 20;
+  } catch (const std::out_of_range&) {
+    return kMaxLimitMb << 20;
   } catch (const std::exception&) {
-    return kDefaultLimitMb << 20;  // not a number: ms_aten's import refused it already
+    return kDefaultLimitMb << 20;
   }
 }
 
@@ -88,6 +98,13 @@ class CachingAllocator final : public c10::Allocator {
     for (void* block : blocks) c10::free_cpu(block);
   }
 
+  // Around fork(): the cache's books are copied whole, never in the middle of a change. The
+  // child gives the blocks it holds back (its copies of the parent's, which it would touch only
+  // to reuse them); the blocks in use there stay the cache's, and come back to it when freed.
+  static void lock_for_fork();
+  static void unlock_after_fork();
+  static void empty_after_fork();
+
  private:
   void* take(size_t size) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -128,6 +145,13 @@ void CachingAllocator::give_back(void* block) {
   c10::free_cpu(block);
 }
 
+void CachingAllocator::lock_for_fork() { g_allocator->mutex_.lock(); }
+void CachingAllocator::unlock_after_fork() { g_allocator->mutex_.unlock(); }
+void CachingAllocator::empty_after_fork() {
+  g_allocator->mutex_.unlock();
+  g_allocator->empty();
+}
+
 }  // namespace
 
 void cache_this_threads_blocks() {
@@ -138,7 +162,12 @@ void cache_this_threads_blocks() {
     // Priority 0, the default allocator's: an allocator that someone registered with a higher
     // priority stays, and then this thread's blocks are simply not cached.
     c10::SetCPUAllocator(g_allocator, 0);
-    if (c10::GetCPUAllocator() != g_allocator) g_allocator = nullptr;
+    if (c10::GetCPUAllocator() != g_allocator) {
+      g_allocator = nullptr;
+      return;
+    }
+    pthread_atfork(&CachingAllocator::lock_for_fork, &CachingAllocator::unlock_after_fork,
+                   &CachingAllocator::empty_after_fork);
   });
   t_cached = g_allocator != nullptr;
 }

@@ -38,10 +38,22 @@ struct Task {
 class LaunchThread {
  public:
   // Never destroyed: joining at exit could wait on a task MindSpore's teardown abandoned, and the
-  // thread holds no resource the process's end does not release.
+  // thread holds no resource the process's end does not release. A child process that fork()
+  // made has none of its parent's threads: the first launch there starts a launch thread of its
+  // own (forget_after_fork), with an OpenMP team of its own.
   static LaunchThread& get() {
-    static auto* instance = new LaunchThread();
-    return *instance;
+    if (LaunchThread* current = current_.load(std::memory_order_acquire)) return *current;
+    std::lock_guard<std::mutex> lock(starting_);
+    LaunchThread* current = current_.load(std::memory_order_relaxed);
+    if (current == nullptr) {
+      static const bool handlers = [] {
+        return pthread_atfork(&lock_for_fork, &unlock_after_fork, &forget_after_fork) == 0;
+      }();
+      (void)handlers;  // registered once; the child of a fork inherits them
+      current = new LaunchThread();
+      current_.store(current, std::memory_order_release);
+    }
+    return *current;
   }
 
   bool is_current() const { return std::this_thread::get_id() == id_; }
@@ -97,6 +109,20 @@ class LaunchThread {
       finished_.notify_all();
     }
   }
+
+  // Around fork(): no thread may be starting the launch thread while the process is copied.
+  static void lock_for_fork() { starting_.lock(); }
+  static void unlock_after_fork() { starting_.unlock(); }
+  // In the child: the parent's launch thread is not there, and its queue and lock are as
+  // fork() found them (a launch under way holds the lock). It is left behind, never touched
+  // again; the next launch starts a new one.
+  static void forget_after_fork() {
+    current_.store(nullptr, std::memory_order_relaxed);
+    starting_.unlock();
+  }
+
+  static inline std::atomic<LaunchThread*> current_{nullptr};
+  static inline std::mutex starting_;
 
   std::mutex mutex_;
   std::condition_variable ready_;

@@ -25,7 +25,7 @@ from .ops.constants import ConstantError
 from .ops.infer import ShapeInferenceError, ValueDependentError
 from .ops.op import AtenOp, op
 from .programs.causal_lm import CausalLM, causal_lm
-from .programs.compiled import CompileWarning
+from .programs.compiled import CompileCacheWarning, CompileWarning
 from .programs.function import TorchFunction, function
 from .programs.generate import GenerateOutput, generate
 from .programs.module import TorchModule, module
@@ -37,8 +37,8 @@ _load_library()  # fail at import, with a rebuild hint, if the bridge library is
 _configure_threads()
 _check_memory_environment()
 
-__all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM", "CompileWarning",
-           "ConstantError",
+__all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM",
+           "CompileCacheWarning", "CompileWarning", "ConstantError",
            "GenerateOutput", "ShapeInferenceError", "TorchFunction", "TorchModule",
            "ValueDependentError", "ValueDependentOp",
            "__version__", "cached_bytes", "causal_lm", "empty_cache", "function", "generate",

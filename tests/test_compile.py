@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import platform
+import subprocess
 import warnings
 
 import mindspore as ms
@@ -24,6 +26,7 @@ from test_optim import assert_follows_torch
 from training import train_ms, train_torch
 
 import ms_aten
+from ms_aten.programs import compile_cache, compiled
 
 from common import run_fresh, set_mode, to_ms
 
@@ -192,12 +195,13 @@ def test_two_libraries_build_at_once_and_a_failed_second_process_builds_here(
 
 
 ISA_PROBE = """
-import json, threading
+import json, sys, threading
 from torch._inductor import cpu_vec_isa
 from ms_aten.programs import compiled
-compiled.start_vector_isa_probe()
+options = compiled.CompileOptions(cache_dir=sys.argv[1])  # nothing remembered there
+compiled.start_vector_isa_probe(options)
 alive = [t.name for t in threading.enumerate() if t.name.startswith("ms_aten ISA probe")]
-picked = compiled._vector_isa()
+picked = compiled._vector_isa(options.directory())
 left = [t.name for t in threading.enumerate() if t.name.startswith("ms_aten ISA probe")]
 flags = cpu_vec_isa.x86_isa_checker()
 candidates = [str(isa) for isa in cpu_vec_isa.supported_vec_isa_list
@@ -212,8 +216,8 @@ def test_the_vector_isa_probe_checks_every_candidate_at_once(tmp_path):
     """A compile's first question, the CPU's vector ISA, is probed in threads started when
     compile= is given, one per candidate, all at once (Inductor checks them one by one, a g++
     build each: a cold cache here, so each probe builds); the answer is Inductor's own."""
-    out = run_fresh(["-c", ISA_PROBE], env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)},
-                    timeout=300)
+    out = run_fresh(["-c", ISA_PROBE, str(tmp_path / "ms_aten")],
+                    env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}, timeout=300)
     probe = json.loads(out.splitlines()[-1])
     assert probe["candidates"], probe
     assert sorted(probe["alive"]) == sorted(f"ms_aten ISA probe {c}" for c in probe["candidates"])
@@ -386,3 +390,106 @@ def test_bad_options_are_errors_naming_them(value, message):
     case = make_case("cnn", train=False)
     with pytest.raises(TypeError, match=message):
         ms_aten.module(case.module, case.inputs, compile=value)
+
+
+def test_a_damaged_cache_entry_is_found_before_it_is_loaded(tmp_path):
+    """An entry lists its files' sizes and digests, and model.txt's own: a library a partial
+    copy truncated (which dlopen met with SIGBUS), a library changed inside (SIGSEGV), a
+    garbled or missing model.txt are each Damaged, naming what is wrong."""
+    entry = tmp_path / "entry"
+    (entry / "inference").mkdir(parents=True)
+    library = entry / "inference" / "inference.so"
+    library.write_bytes(bytes(range(256)) * 64)
+    compile_cache.seal(entry, ["name tiny", "inference inference/inference.so"])
+    assert compile_cache.read(entry) == "name tiny\ninference inference/inference.so"
+    whole, spec = library.read_bytes(), (entry / "model.txt").read_text()
+    for damage, reason in [
+            (lambda: library.write_bytes(whole[:len(whole) // 8]),
+             "inference/inference.so has 2048 bytes, where 16384 were written"),
+            (lambda: library.write_bytes(whole[:100] + bytes(1000) + whole[1100:]),
+             "inference/inference.so does not match its checksum"),
+            (lambda: (entry / "model.txt").write_text(spec.replace("tiny", "tinY")),
+             "model.txt does not match its checksum"),
+            (lambda: (entry / "model.txt").unlink(), "model.txt is missing")]:
+        damage()
+        with pytest.raises(compile_cache.Damaged, match=reason):
+            compile_cache.read(entry)
+        library.write_bytes(whole)
+        (entry / "model.txt").write_text(spec)
+
+
+def test_staging_folders_of_processes_gone_are_cleaned(tmp_path):
+    dead = subprocess.Popen(["true"])  # a process that is gone by the time the cache is cleaned
+    dead.wait()
+    key = "0123456789abcdef" * 2
+    names = [f"{key}.{dead.pid}.tmp", f"{key}.{dead.pid}.damaged", f"{key}.{os.getpid()}.tmp",
+             key]
+    for name in names:
+        (tmp_path / name).mkdir()
+    compile_cache.clean(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])
+
+
+def test_an_interrupted_compile_leaves_nothing_in_the_cache(tmp_path, monkeypatch):
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compiled, "_compile_inference", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ms_aten.function(torch.tanh, (torch.randn(2, 3),),
+                         compile={"cache_dir": str(tmp_path), "training": False})
+    assert not list(tmp_path.glob("*.tmp")), list(tmp_path.iterdir())
+
+
+CACHED_AND_DAMAGED = """
+import json, sys, warnings
+import numpy as np, torch, mindspore as ms
+import ms_aten
+ms.set_device("CPU")
+x = torch.randn(4, 6)
+
+def triple_tanh(a):
+    return torch.tanh(a) * 3
+
+def make():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn = ms_aten.function(triple_tanh, (x,),
+                              compile={"cache_dir": sys.argv[1], "training": False})
+    np.testing.assert_allclose(fn(ms.Tensor(x.numpy())).asnumpy(), triple_tanh(x).numpy(),
+                               rtol=1e-6, atol=1e-6)
+    warned = [str(w.message) for w in caught
+              if issubclass(w.category, (ms_aten.CompileWarning, ms_aten.CompileCacheWarning))]
+    return fn.program.compiled, warned
+
+loaded, loaded_warned = make()  # CXX names no compiler: the cached entry only
+library = next(loaded.path.rglob("*.so"))
+whole = library.read_bytes()
+partial = library.with_name("partial")
+partial.write_bytes(whole[:len(whole) // 8])
+partial.replace(library)  # a partial copy (this process keeps the library it loaded)
+torch._inductor.config.cpp.cxx = (None, "g++")
+rebuilt, rebuilt_warned = make()
+again, again_warned = make()
+print(json.dumps({"loaded": [loaded.cached, loaded_warned], "entry": str(loaded.path),
+                  "rebuilt": [rebuilt.cached, rebuilt_warned, rebuilt.key == loaded.key],
+                  "again": [again.cached, again_warned],
+                  "size": [library.stat().st_size, len(whole)]}))
+"""
+
+
+def test_a_cached_entry_loads_without_a_compiler_and_a_damaged_one_is_compiled_again(tmp_path):
+    x = torch.randn(4, 6)
+    fn = ms_aten.function(lambda a: torch.tanh(a) * 3, (x,),
+                          compile={"cache_dir": str(tmp_path), "training": False})
+    assert fn.program.compiled is not None and not fn.program.compiled.cached
+    out = run_fresh(["-c", CACHED_AND_DAMAGED, str(tmp_path)], timeout=300,
+                    env={"CXX": "/nonexistent/g++"})
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["loaded"] == [True, []], found
+    cached, warned, same_key = found["rebuilt"]
+    assert not cached and same_key and len(warned) == 1, found
+    assert f"the compile cache's entry {found['entry']} is damaged (inference/inference.so " \
+           f"has" in warned[0], warned
+    assert found["again"] == [True, []], found
+    assert found["size"][0] > found["size"][1] // 8, found

@@ -219,8 +219,10 @@ def test_a_static_size_or_dtype_that_differs_is_an_error(mode):
     with pytest.raises((ValueError, RuntimeError), match=r"input 0 is float32\[3, 5\], where "
                                                          r"the program takes float32\[\?, 4\]"):
         ms_aten.testing.run(fn, (to_ms(torch.randn(3, 5)),), mode).asnumpy()
-    with pytest.raises((ValueError, RuntimeError), match=r"float64\[3, 4\], where the program "
-                                                         r"takes float32\[\?, 4\]"):
+    # A call from Python is refused before MindSpore's (a TypeError, cell.py), one inside a
+    # graph by shape inference.
+    with pytest.raises((TypeError, ValueError, RuntimeError),
+                       match=r"float64\[3, 4\], where the program takes float32\[\?, 4\]"):
         ms_aten.testing.run(fn, (to_ms(torch.randn(3, 4, dtype=torch.float64)),),
                             mode).asnumpy()
     x = torch.randn(7, 4)
@@ -295,6 +297,23 @@ def test_values_computed_from_tensor_values_run_inside_a_program():
     with pytest.raises(ms_aten.CaptureError, match=r"node 'index' .*depends on tensor values"):
         ms_aten.function(lambda x: x[x > 0], (torch.randn(5, 3),),
                          dynamic_shapes=({0: Dim("n")},))
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_a_numpy_array_or_another_rank_is_a_type_error_naming_the_input(mode):
+    # GRAPH mode said "should be mutable one, but got static!" or failed in the kernel
+    # ("dim 1 out of range for rank 1") where PYNATIVE named the input.
+    fn = ms_aten.function(lambda rows: torch.tanh(rows) * 2, (torch.randn(3, 4),),
+                          dynamic_shapes=({0: Dim("n")},))
+    set_mode(mode)
+    x = torch.randn(5, 4)
+    with pytest.raises(TypeError, match=r"input 'rows' is a numpy.ndarray, where the program "
+                                        r"takes a MindSpore Tensor float32\[\?, 4\]"):
+        fn(x.numpy())
+    with pytest.raises(TypeError, match=r"input 'rows' is float32\[20\], where the program "
+                                        r"takes float32\[\?, 4\]"):
+        fn(to_ms(x.reshape(-1)))
+    torch.testing.assert_close(to_torch(fn(to_ms(x))), torch.tanh(x) * 2)
 
 
 def test_a_wrong_input_count_names_the_modules_inputs():

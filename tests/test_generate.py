@@ -249,3 +249,42 @@ def test_the_kv_cache_example_decodes_as_transformers(mode):
     got, expected = load_example("generate_kv_cache").main(["--mode", mode, "--new", "12"])
     assert got.shape == (1, 20)
     np.testing.assert_array_equal(got, expected)
+
+
+def test_bad_decoding_inputs_are_refused_on_the_host_and_the_cell_goes_on(model_and_lm, mode):
+    """In GRAPH mode a token past the embedding table or a NaN temperature failed inside the
+    compiled graph, which then refused every later call ("An error occurred in the previous
+    step"); they are refused before any graph runs, and input the program cannot take is a
+    TypeError naming it, in the same words in both modes."""
+    model, lm = model_and_lm
+    set_mode(mode)
+    prompt = _prompt(4, seed=8)
+    where = r"ms_aten.causal_lm\(\w+\)"
+    bad = prompt.numpy().copy()
+    bad[0, 2] = VOCAB
+    with pytest.raises(ValueError, match=rf"ms_aten.generate: input_ids\[0, 2\] is token {VOCAB}, "
+                                         rf"outside the vocabulary \(vocab_size={VOCAB}"):
+        ms_aten.generate(lm, bad, max_new_tokens=3)
+    with pytest.raises(ValueError, match=rf"{where}: input_ids\[0, 2\] is token {VOCAB}"):
+        lm(ms.Tensor(bad), ms.Tensor(np.arange(4)))
+    for arguments, message in [
+            ({"temperature": float("nan")}, "temperature must be finite and > 0, got nan"),
+            ({"temperature": 0.0}, "temperature must be finite and > 0, got 0.0"),
+            ({"top_p": float("inf")}, r"top_p must be in \(0, 1\], got inf"),
+            ({"top_k": -1}, "top_k must be >= 0 or None, got -1")]:
+        with pytest.raises(ValueError, match=f"ms_aten.generate: {message}"):
+            ms_aten.generate(lm, prompt.numpy(), max_new_tokens=3, do_sample=True, **arguments)
+    with pytest.raises(TypeError, match="top_k must be a whole number >= 0 or None, got float"):
+        ms_aten.generate(lm, prompt.numpy(), max_new_tokens=3, do_sample=True, top_k=2.5)
+    for ids, got in [(prompt.numpy(), "a numpy.ndarray, where the program takes a MindSpore "
+                                      "Tensor"),
+                     (ms.Tensor(prompt.numpy()[0]), r"int64\[4\], where the program takes"),
+                     (ms.Tensor(prompt.numpy().astype(np.int32)), r"int32\[1, 4\], where the")]:
+        with pytest.raises(TypeError, match=rf"{where}: input 'input_ids' is {got}.* "
+                                            rf"int64\[1, \?\]"):
+            lm(ids, ms.Tensor(np.arange(4)))
+    np.testing.assert_array_equal(ms_aten.generate(lm, prompt.numpy(), max_new_tokens=6)
+                                  .asnumpy(), _torch_greedy(model, prompt, 6))
+    logits = lm(ms.Tensor(prompt.numpy()), ms.Tensor(np.arange(4))).asnumpy()
+    with torch.no_grad():
+        np.testing.assert_allclose(logits, model(prompt).logits.numpy(), rtol=1e-4, atol=1e-4)

@@ -76,3 +76,16 @@ def test_a_limit_that_is_not_a_number_is_refused_at_import():
                        env={"MS_ATEN_CPU_CACHE_MB": "lots"})
     assert done.returncode != 0
     assert "MS_ATEN_CPU_CACHE_MB='lots'" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("value", [str(2**43), "9" * 20])
+def test_a_limit_too_large_for_the_library_is_refused(monkeypatch, value):
+    # Shifted to bytes, 2**43 MiB overflows the library's int64 limit (which turned the cache
+    # off), and a 20-digit value overflows its parse (which fell back to the default).
+    from ms_aten.native import memory
+
+    monkeypatch.setenv("MS_ATEN_CPU_CACHE_MB", value)
+    with pytest.raises(ValueError, match=f"MS_ATEN_CPU_CACHE_MB='{value}'.* to {2**43 - 1}"):
+        memory.check_environment()
+    monkeypatch.setenv("MS_ATEN_CPU_CACHE_MB", str(2**43 - 1))
+    memory.check_environment()

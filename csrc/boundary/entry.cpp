@@ -267,6 +267,14 @@ MS_ATEN_C_API int ms_aten_program_register(const char* family, const char* key, 
   return 1;
 }
 
+// Drops the programs of a family whose primitive Python freed (program/family.h).
+MS_ATEN_C_API void ms_aten_program_forget(const char* family) {
+  try {
+    ms_aten::forget_programs(family);
+  } catch (...) {  // nothing to report: the family is gone or was never there
+  }
+}
+
 // Registers a model AOTInductor compiled (program/compiled.h) under `key`: 0, or 1 with the
 // reason (a malformed spec, a library that does not load) in error.
 MS_ATEN_C_API int ms_aten_compiled_register(const char* key, const char* spec, char* error,

@@ -16,8 +16,9 @@ struct Captured {
   std::shared_ptr<const Program> vjp2;  // the vjp's spec run as its own backward
 };
 
-// family id -> signature key -> its programs. Kept for the process's life: a compiled graph
-// may launch its kernel at any later time, and a program is its spec's size.
+// family id -> signature key -> its programs, until the family's primitive is freed
+// (forget_programs): a compiled graph may launch its kernel as long as it holds the primitive,
+// and a program is its spec's size (its constants included).
 struct Registry {
   std::mutex mutex;
   std::unordered_map<std::string, std::unordered_map<std::string, Captured>> families;
@@ -42,6 +43,12 @@ void register_programs(const std::string& id, const std::string& key, const std:
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.families[id][key] = std::move(captured);
+}
+
+void forget_programs(const std::string& id) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.families.erase(id);
 }
 
 std::string signature_key(int count, const int* ndims, const int64_t* const* shapes,

@@ -34,6 +34,10 @@ namespace ms_aten {
 void register_programs(const std::string& id, const std::string& key, const std::string& call,
                        const std::string& vjp);
 
+// Drops every program of family `id`: its primitive is gone (Python frees it with its Cell),
+// and with it every graph and kernel that launched it.
+void forget_programs(const std::string& id);
+
 // The key under which a capture with dynamic shapes serves every input signature.
 inline constexpr const char* kAnySignature = "*";
 

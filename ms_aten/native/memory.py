@@ -9,6 +9,8 @@ import os
 from . import library
 
 ENV = "MS_ATEN_CPU_CACHE_MB"
+# The most MiB whose bytes the library's int64 limit holds (csrc/launch_allocator.cpp).
+MAX_MB = (2**63 - 1) >> 20
 
 
 def cached_bytes() -> int:
@@ -26,7 +28,8 @@ def empty_cache() -> None:
 
 def check_environment() -> None:
     """MS_ATEN_CPU_CACHE_MB, the cache's limit in MiB (0: no cache), read by the launch thread
-    when it starts; refused here if it is not a whole number >= 0."""
+    when it starts; refused here if it is not a whole number from 0 to MAX_MB."""
     value = os.environ.get(ENV)
-    if value and not value.isdigit():
-        raise ValueError(f"{ENV}={value!r}: expected a whole number of MiB >= 0 (0: no cache)")
+    if value and not (value.isascii() and value.isdigit() and int(value) <= MAX_MB):
+        raise ValueError(f"{ENV}={value!r}: expected a whole number of MiB from 0 (no cache) "
+                         f"to {MAX_MB}")

@@ -10,6 +10,8 @@ import torch
 from mindspore import Tensor, nn
 from torch.export import Dim
 
+from .cell import call
+from .decode_checks import check_tokens
 from .module import TorchModule
 from .structure import LEAVES, build
 
@@ -32,10 +34,11 @@ class CausalLM(TorchModule):
     (ms_aten.generate's loop), or else sliced by the position's value, which GRAPH mode stops
     the graph to read.
 
-    Refused before the program runs, in both modes: a batch size other than the cache's, a
-    cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error would leave the
-    compiled graph unable to run again), and a mask of another shape than (batch,
-    cache_position[-1] + 1).
+    Refused before the program runs, in both modes: an input that is not a MindSpore Tensor of
+    the program's rank and dtype, a batch size other than the cache's, a token outside the
+    vocabulary, a cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error
+    would leave the compiled graph unable to run again), and a mask of another shape than
+    (batch, cache_position[-1] + 1).
 
     `compile=True`: the step runs as code AOTInductor compiled (compiled.py), one library for
     every sequence length, which writes the cache's new rows in place itself.
@@ -100,6 +103,7 @@ class CausalLM(TorchModule):
 
     def _check(self, input_ids: Tensor, positions: np.ndarray,
                attention_mask: Tensor | None) -> None:
+        check_tokens(self._where, _host(input_ids), self.vocab_size)
         if len(input_ids.shape) == 2 and input_ids.shape[0] != self.batch_size:
             raise ValueError(f"{self._where}: input_ids has batch size {input_ids.shape[0]}, "
                              f"but the cache holds batch_size={self.batch_size} (fixed when "
@@ -127,6 +131,7 @@ class CausalLM(TorchModule):
         # Before MindSpore's call, which in GRAPH mode goes straight to the compiled graph;
         # a call from inside another graph (ms_aten.generate's loop) is compiled into it and is
         # not checked here.
+        self._check_inputs([input_ids, cache_position], self._where)
         positions = _host(cache_position)
         self._check(input_ids, positions, attention_mask)
         if attention_mask is None:
@@ -141,13 +146,12 @@ class CausalLM(TorchModule):
     def construct(self, input_ids, cache_position, attention_mask=None, **kwargs):
         if attention_mask is None:  # a call inside another graph
             attention_mask = self._ones[:, :cache_position[-1] + 1]
-        return self._outputs(self._function(*self.weights, input_ids, cache_position,
-                                            attention_mask), kwargs)
+        return self._outputs(call(self._function, self.weights,
+                                  (input_ids, cache_position, attention_mask)), kwargs)
 
 
-def _host(cache_position: Tensor | np.ndarray) -> np.ndarray:
-    return cache_position.asnumpy() if isinstance(cache_position, Tensor) else \
-        np.asarray(cache_position)
+def _host(value: Tensor | np.ndarray) -> np.ndarray:
+    return value.asnumpy() if isinstance(value, Tensor) else np.asarray(value)
 
 
 def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *,

@@ -1,6 +1,9 @@
 """A captured program as a MindSpore Cell: what TorchModule and TorchFunction share."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from mindspore import PYNATIVE_MODE, Tensor, get_context, nn
 
 from ..native import dtypes
@@ -68,14 +71,37 @@ class ProgramCell(nn.Cell):
         # The outputs come back flat and nest here: a dict among a compiled graph's own outputs
         # makes MindSpore 2.10 type them Any, and recompile the program's kernel where it cannot.
         leaves = self._inputs.flatten(args, kwargs)
+        self._check_inputs(leaves)
         if not kwargs and len(leaves) == len(args) and all(
                 a is b for a, b in zip(leaves, args, strict=True)) \
                 and get_context("mode") == PYNATIVE_MODE:
             # Inputs that are already the flat tensors go to construct as they came:
             # PYNATIVE's ms.grad(cell) finds its recording by the Cell's own arguments.
             return super().__call__(*args)
-        flat = super().__call__(*leaves, **{LEAVES: True})
-        return build(self._nodes, flat)
+        return build(self._nodes, super().__call__(*leaves, **{LEAVES: True}))
+
+    def _check_inputs(self, leaves: Sequence[object], owner: str = "") -> None:
+        """TypeError naming the input and what the program takes, for an input that is not a
+        MindSpore Tensor (a numpy array), or, for a dynamic capture, of another rank or dtype:
+        in the same words in both modes, before MindSpore's call (a static capture takes other
+        shapes and dtypes by capturing again)."""
+        owner = owner or self._owner
+        program = self.program
+        for name, value, shape, dtype in zip(program.input_names, leaves,
+                                             program.signature.shapes, program.signature.dtypes,
+                                             strict=False):
+            takes = Signature((shape,), (dtype,)).describe()
+            if not isinstance(value, Tensor):
+                kind = type(value).__qualname__
+                if type(value).__module__ != "builtins":
+                    kind = f"{type(value).__module__}.{kind}"
+                raise TypeError(f"{owner}: input '{name}' is a {kind}, where the program takes a "
+                                f"MindSpore Tensor {takes}")
+            if program.dynamic and (len(value.shape) != len(shape)
+                                    or value.dtype != dtypes.to_ms(dtype)):
+                got = f"{_dtype_name(value.dtype)}{list(value.shape)}"
+                raise TypeError(f"{owner}: input '{name}' is {got}, where the program takes "
+                                f"{takes}")
 
     def extend_repr(self) -> str:
         """MindSpore's repr(cell): the inputs as captured and what runs (TorchModule adds its
@@ -114,6 +140,21 @@ class ProgramCell(nn.Cell):
         if kwargs.get(LEAVES, False):
             return outputs
         return build(self._nodes, outputs)
+
+
+def _dtype_name(dtype: Any) -> str:
+    try:
+        return dtypes.spec_name(dtype)
+    except TypeError:  # a MindSpore dtype torch lacks
+        return str(dtype)
+
+
+def call(function: AtenFunction, weights: tuple, inputs: tuple):
+    """function(*weights, *inputs), for a construct (graph syntax): a primitive called with
+    starred arguments in construct itself (`self.op(*args)`, `self.op(*self.weights, x)`) makes
+    MindSpore 2.10's GRAPH mode keep the Cell alive for the process's life, a MindSpore Cell as
+    much as ours; called here, from a function the tuples are passed to, it is freed."""
+    return function(*weights, *inputs)
 
 
 def _opaque_to_rewrite() -> None:

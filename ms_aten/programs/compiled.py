@@ -18,7 +18,9 @@ the autograd node the op records.
 - Compiled libraries are cached on disk under a key of the graph, its inputs' shapes and dtypes,
   what it differentiates, torch's version, the CPU's vector ISA and the thread count the code is
   generated for (ms_aten's: its kernels run on ms_aten's launch thread, in ATen's one OpenMP
-  team). A second Cell of the same model compiles nothing.
+  team). A second Cell of the same model compiles nothing. An entry is checked whole before it
+  is loaded, and a damaged one compiled again (compile_cache.py); the ISA is remembered in the
+  cache, so that loading needs no C++ compiler.
 - Buffers the graph updates: an inference graph writes them in place, inside the compiled code
   (a KV cache's new rows and nothing else: `copy_` of the new value into the buffer, which
   Inductor turns back into the in-place scatter); the op is then `compiled.writes`, which
@@ -53,7 +55,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind
 
 from ..native import library
 from ..native.threads import get_num_threads
-from . import aot_build, autograd_functions
+from . import aot_build, autograd_functions, compile_cache
 
 LOG = logging.getLogger("ms_aten")
 # A compile that takes longer than this is logged as a warning (an info line otherwise).
@@ -61,12 +63,17 @@ LONG_COMPILE_S = 30.0
 # The directory compiled libraries are cached in, unless compile={"cache_dir": ...} says.
 CACHE_ENV = "MS_ATEN_CACHE_DIR"
 # Bumped when the layout of a cached model changes.
-_FORMAT = "3"
+_FORMAT = "4"
 _OPTION_KEYS = frozenset({"training", "cache_dir"})
 
 
 class CompileWarning(UserWarning):
     """compile=True ran a graph interpreted: AOTInductor could not compile it."""
+
+
+class CompileCacheWarning(UserWarning):
+    """A compiled model's cache entry was damaged (a partial copy, a changed file): it was
+    removed and the model compiled again."""
 
 
 class _NotCompiled(Exception):
@@ -217,10 +224,10 @@ class _Graph:
             return [p.meta["val"] for p in self.placeholders]
         return [_zeros(p.meta["val"]) for p in self.placeholders]
 
-    def key(self, training: bool, threads: int) -> str:
+    def key(self, training: bool, threads: int, isa: str) -> str:
         inputs = [(tuple(p.meta["val"].shape), str(p.meta["val"].dtype), d)
                   for p, d in zip(self.placeholders, self.differentiates, strict=True)]
-        text = json.dumps([_FORMAT, torch.__version__, _vector_isa(), threads, training,
+        text = json.dumps([_FORMAT, torch.__version__, isa, threads, training,
                            [(str(shape), dtype, d) for shape, dtype, d in inputs],
                            str(self.exported.range_constraints) if self.dynamic else "",
                            _code(self.module()),
@@ -285,14 +292,16 @@ def _zeros(value: torch.Tensor) -> torch.Tensor:
 _isa_probes: list[threading.Thread] = []
 
 
-def start_vector_isa_probe() -> None:
+def start_vector_isa_probe(options: CompileOptions) -> None:
     """Starts Inductor's check of the CPU's vector instruction sets (ISAs) in the background, one
     thread per candidate, so that it runs beside the capture that comes first and the candidates
     beside each other. Inductor checks each ISA the CPU lists with a g++ build and a dlopen in a
     child process, one after another, the first time a process compiles (its answer is then
     cached in the process, the builds in Inductor's cache): 6.5 s in line on this 2-core VM with
-    a cold cache, 3.6 s in threads. _vector_isa(), which every compile asks first, joins them."""
-    if _isa_probes or platform.machine() not in ("x86_64", "AMD64"):
+    a cold cache, 3.6 s in threads. _vector_isa(), which every compile asks first, joins them.
+    Nothing starts where the cache remembers the answer (compile_cache.remembered_isa)."""
+    if _isa_probes or platform.machine() not in ("x86_64", "AMD64") or \
+            compile_cache.remembered_isa(options.directory()) is not None:
         return
     # What a probe imports, imported here: a failed probe is cached as "no such ISA" for the
     # process, and imports in three threads beside the capture's own are a risk it need not take.
@@ -310,12 +319,20 @@ def start_vector_isa_probe() -> None:
             _isa_probes.append(thread)
 
 
-def _vector_isa() -> str:
+def _vector_isa(root: Path) -> str:
+    """The ISA cache keys name: the one the cache under `root` remembers, else Inductor's
+    answer (remembered from now on)."""
+    remembered = compile_cache.remembered_isa(root)
+    if remembered is not None:
+        return remembered
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
     for thread in _isa_probes:
         thread.join()
-    return str(pick_vec_isa())
+    isa = pick_vec_isa()
+    if isa:  # not without a working compiler, which the next process may have
+        compile_cache.remember_isa(root, str(isa))
+    return str(isa)
 
 
 def _threads() -> int:
@@ -331,33 +348,56 @@ def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
                            "does not pass yet): capture in eval mode, or without "
                            "dynamic_shapes to compile one program per shape")
     threads = _threads()
-    key = graph.key(training, threads)
-    directory = options.directory() / key
-    spec_file = directory / "model.txt"
+    root = options.directory()
+    key = graph.key(training, threads, _vector_isa(root))
+    directory = root / key
     start = time.perf_counter()
-    cached = spec_file.exists()
-    if not cached:
+    spec = _cached(directory, name)
+    cached = spec is not None
+    if spec is None:
+        compile_cache.clean(root)
         # Built beside the cache entry and renamed into place: a cache entry is whole or absent.
         staging = directory.with_name(f"{key}.{os.getpid()}.tmp")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        lines = [f"name {quote(name, safe='')}"]
-        # Compiling applies custom autograd Functions: their forward and backward are compiled.
-        with torch._inductor.config.patch({"cpp.threads": threads}), autograd_functions.inline():
-            lines += (_compile_training(graph, staging) if training
-                      else _compile_inference(graph, staging))
-        (staging / "model.txt").write_text("\n".join(lines))
+        try:
+            lines = [f"name {quote(name, safe='')}"]
+            # Compiling applies custom autograd Functions: their forward and backward are
+            # compiled.
+            with torch._inductor.config.patch({"cpp.threads": threads}), \
+                    autograd_functions.inline():
+                lines += (_compile_training(graph, staging) if training
+                          else _compile_inference(graph, staging))
+            compile_cache.seal(staging, lines)
+        except BaseException:  # a failed compile, a Ctrl-C: nothing is left in the cache
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         try:
             staging.rename(directory)
         except OSError:  # another process cached it first
             shutil.rmtree(staging, ignore_errors=True)
+        spec = compile_cache.read(directory)
     seconds = time.perf_counter() - start
-    _register(key, spec_file.read_text(), directory)
+    _register(key, spec, directory)
     if not cached:
         level = logging.WARNING if seconds > LONG_COMPILE_S else logging.INFO
         LOG.log(level, "ms_aten: compiled %s (%s) in %.1f s, cached in %s", name,
                 "forward and backward" if training else "inference", seconds, directory)
     return Compiled(key, directory, training, cached, seconds)
+
+
+def _cached(directory: Path, name: str) -> str | None:
+    """The spec of the cache entry in `directory`, or None: none there, or a damaged one,
+    removed with a CompileCacheWarning naming it (it is compiled again)."""
+    if not directory.exists():
+        return None
+    try:
+        return compile_cache.read(directory)
+    except compile_cache.Damaged as damage:
+        warnings.warn(f"ms_aten: {name}: the compile cache's entry {directory} is damaged "
+                      f"({damage}); it is compiled again", CompileCacheWarning, stacklevel=6)
+    compile_cache.discard(directory)
+    return None
 
 
 def _compile_inference(graph: _Graph, directory: Path) -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any
 from torch.export import ExportedProgram
 
 from .capture import DynamicShapes, FunctionModule, example_like, export
-from .cell import ProgramCell
+from .cell import ProgramCell, call
 from .compiled import CompileOptions, compile_exported, start_vector_isa_probe
 from .primitive import AtenFunction
 from .program import Program, Signature, build
@@ -32,7 +32,7 @@ class TorchFunction(ProgramCell):
         self._use(function, flat_nodes(program.n_outputs) if nodes is None else nodes)
 
     def construct(self, *args, **kwargs):
-        return self._outputs(self._function(*self._leaves(args, kwargs)), kwargs)
+        return self._outputs(call(self._function, (), self._leaves(args, kwargs)), kwargs)
 
 
 def function(fn: Callable, args: tuple = (), kwargs: Mapping[str, Any] | None = None, *,
@@ -65,7 +65,7 @@ def function(fn: Callable, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     module = FunctionModule(fn, tuple(inputs.kwargs))
     options = CompileOptions.of(compile)  # a bad option fails before the capture's seconds
     if options is not None:
-        start_vector_isa_probe()  # beside the capture
+        start_vector_isa_probe(options)  # beside the capture
 
     exported, strict = export(module, inputs.as_positional(inputs.args, inputs.kwargs), name,
                               inputs.torch_dynamic_shapes("args"), replace, strict=strict)

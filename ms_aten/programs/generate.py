@@ -5,7 +5,6 @@ streamer, a compiled step per token."""
 from __future__ import annotations
 
 import inspect
-import weakref
 from typing import Any, NamedTuple
 
 import mindspore as ms
@@ -15,7 +14,11 @@ from mindspore import Tensor, nn, ops
 
 from . import logits_process
 from .causal_lm import CausalLM
+from .decode_checks import check_sampling, check_tokens
 from .logits_process import mark, penalize, sample
+
+# The attribute of a CausalLM that holds its decode loops (_loop).
+_LOOPS = "_ms_aten_decode_loops"
 
 
 class GenerateOutput(NamedTuple):
@@ -120,12 +123,6 @@ class DecodeLoop(nn.Cell):
         return tokens, i, logged
 
 
-# Per Cell and kind (do_sample, output_logits, step by step), the loop already made (GRAPH
-# mode compiles each once).
-_loops: weakref.WeakKeyDictionary[CausalLM, dict[tuple[bool, bool, bool], nn.Cell]] = \
-    weakref.WeakKeyDictionary()
-
-
 def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
              attention_mask: Tensor | np.ndarray | None = None, max_new_tokens: int,
              do_sample: bool = False, temperature: float = 1.0, top_k: int | None = 50,
@@ -206,7 +203,9 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
 
 
 def _loop(lm: CausalLM, do_sample: bool, output_logits: bool, stepwise: bool) -> nn.Cell:
-    loops = _loops.setdefault(lm, {})
+    # Per Cell and kind, the loop already made (GRAPH mode compiles each once), kept by the Cell
+    # (not a sub-Cell of it): a loop holds its Cell, and a table outside it kept both alive.
+    loops: dict[tuple[bool, bool, bool], nn.Cell] = lm.__dict__.setdefault(_LOOPS, {})
     key = (do_sample, output_logits and not stepwise, stepwise)
     loop = loops.get(key)
     if loop is None:
@@ -317,6 +316,5 @@ def _check(lm: CausalLM, ids: np.ndarray, max_new_tokens: int, temperature: floa
         raise ValueError(f"ms_aten.generate: a prompt of {ids.shape[1]} tokens and "
                          f"max_new_tokens={max_new_tokens} need {needed} cache positions, past "
                          f"max_cache_len={lm.max_cache_len}")
-    if temperature <= 0 or not 0 < top_p <= 1 or (top_k is not None and top_k < 0):
-        raise ValueError(f"ms_aten.generate: sampling needs temperature > 0, 0 < top_p <= 1, "
-                         f"top_k >= 0 or None; got {temperature}, {top_p}, {top_k}")
+    check_tokens("ms_aten.generate", ids, lm.vocab_size)
+    check_sampling("ms_aten.generate", temperature, top_k, top_p)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,7 +11,7 @@ from mindspore import Parameter, ParameterTuple
 
 from ..native.convert import to_ms, to_torch
 from .capture import DynamicShapes, example_like, export
-from .cell import ProgramCell
+from .cell import ProgramCell, call
 from .compiled import CompileOptions, compile_exported, start_vector_isa_probe
 from .primitive import AtenFunction
 from .program import Program, Signature, build
@@ -67,7 +68,7 @@ class TorchModule(ProgramCell):
         super().__init__()
         self._compile = CompileOptions.of(compile)
         if self._compile is not None:
-            start_vector_isa_probe()  # beside the capture
+            start_vector_isa_probe(self._compile)  # beside the capture
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ms_aten.module expects a torch.nn.Module, "
                             f"got {type(module).__name__}")
@@ -147,9 +148,17 @@ class TorchModule(ProgramCell):
     def _select(self, training: bool) -> None:
         modes = self._modes(training), self._autocast
         if modes not in self._functions:
+            # The primitive keeps its recapture, and a GRAPH-mode graph keeps the primitive until
+            # the Cell is freed: the Cell by a weak reference, or it would never be.
+            cell, name = weakref.ref(self), self._name
+
             def recapture(signature: Signature) -> Program:
-                example = self._inputs.example(list(example_like(signature)))
-                return self._capture(training, example)[0]
+                this = cell()
+                if this is None:
+                    raise RuntimeError(f"ms_aten.module({name}): the Cell is gone, and "
+                                       f"its primitive cannot capture new input shapes")
+                return this._capture(training, this._inputs.example(
+                    list(example_like(signature))))[0]
 
             program, nodes = self._capture(training, (self._inputs.args, self._inputs.kwargs))
             self._functions[modes] = (
@@ -204,7 +213,7 @@ class TorchModule(ProgramCell):
                 f"{self._torch_module!r}")
 
     def construct(self, *args, **kwargs):
-        return self._outputs(self._function(*self.weights, *self._leaves(args, kwargs)), kwargs)
+        return self._outputs(call(self._function, self.weights, self._leaves(args, kwargs)), kwargs)
 
     def torch_state_dict(self) -> dict[str, torch.Tensor]:
         """The current weights as the torch module's state dict (same keys), so a model trained

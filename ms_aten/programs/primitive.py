@@ -2,6 +2,7 @@
 and its backward kernels (ProgramVjp, ProgramVjp2)."""
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,12 @@ def _register(family: str, program: Program) -> None:
     so that the launch thread's is the process's one team (csrc/launch_thread.h)."""
     register(family, program)
     threads.release_idle_team()
+
+
+def _forget(family: str) -> None:
+    """Drops a family's programs from the library (their constants with them), once its
+    primitive is freed."""
+    library.load().ms_aten_program_forget(family.encode())
 
 
 def _tensor_type(dtype: torch.dtype):
@@ -191,6 +198,7 @@ class AtenFunction(_ProgramPrimitive):
         self.record = record  # keep the forward's autograd graph for the backward
         family = str(unique_id())
         _register(family, program)
+        weakref.finalize(self, _forget, family).atexit = False
         self.programs: dict[Signature, Program] = {program.signature: program}
         # output_shapes' answers by input shapes: a GRAPH call from Python checks its sizes
         # each time (0.4 ms for GPT-2 small's 172 weights), and a decoding loop repeats them.

@@ -266,9 +266,10 @@ class Inputs:
         return args, kwargs
 
     def flatten(self, args: tuple, kwargs: Mapping[str, Any]) -> list[Any]:
-        """The tensor leaves of a call from Python, in the program's order; TypeError naming
-        the expected inputs for an argument the capture did not take, a missing one, another
-        structure, or a constant other than the capture's."""
+        """The tensor leaves of a call from Python, in the program's order (whatever the call
+        gives in a tensor's place); TypeError naming the expected inputs for an argument the
+        capture did not take, a missing one, another structure, or a constant other than the
+        capture's."""
         given: dict[str, Any] = {}
         for i, value in enumerate(args):
             argument = self._by_position.get(i)
@@ -296,11 +297,7 @@ class Inputs:
                 raise TypeError(f"{self.owner}: input '{argument.label}' is {_describe(spec)}, "
                                 f"where the capture's was {_describe(argument.spec)}")
             for value, captured in zip(values, argument.leaves, strict=True):
-                if captured is _TENSOR:
-                    if not isinstance(value, Tensor):
-                        raise TypeError(f"{self.owner}: input '{argument.label}' holds "
-                                        f"{type(value).__name__} {value!r} where the capture "
-                                        f"had a tensor; pass a MindSpore Tensor")
+                if captured is _TENSOR:  # the Cell checks it is a Tensor (cell.py)
                     leaves.append(value)
                 elif not _same_constant(value, captured):
                     raise TypeError(

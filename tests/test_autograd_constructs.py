@@ -104,6 +104,10 @@ class Net(torch.nn.Module):
             with torch.no_grad():
                 t = RoundSTE.apply(self.b(x) * 3)
             return (GradReverse.apply(h, 2.0) * t).sum()
+        if c == "teacher_and_reversal":  # compile=True's case: a region and a Function
+            with torch.no_grad():
+                target = self.b(x)
+            return ((GradReverse.apply(h, 0.5) - target) ** 2).sum()
         if c == "several_outputs":
             y, index = ScaledPair.apply(h, self.b.weight[0], 3)
             return (y * (index + 1).unsqueeze(-1)).sum()
@@ -171,6 +175,23 @@ def test_second_order_through_a_function_whose_backward_is_differentiable(mode):
 
     def f(x):
         return ScaledPair.apply(x, w, 3)[0]
+
+    function = ms_aten.function(f, (torch.randn(3),))
+    x = to_ms(torch.randn(3))
+    set_mode(mode)
+    second = ms.grad(SumOf(ms.grad(SumOf(function))))(x)
+    xt = to_torch(x).requires_grad_()
+    first = torch.autograd.grad(f(xt).sum(), xt, create_graph=True)[0]
+    expected = torch.autograd.grad(first.sum(), xt)[0]
+    np.testing.assert_allclose(second.asnumpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_second_order_through_a_no_grad_region(mode):
+    def f(x):
+        with torch.no_grad():
+            scale = x.exp()
+        return x ** 3 * scale
 
     function = ms_aten.function(f, (torch.randn(3),))
     x = to_ms(torch.randn(3))
@@ -269,10 +290,11 @@ def test_backward_hooks_on_the_module_are_refused_by_name(hook):
         ms_aten.module(module, (torch.randn(3, 2),))
 
 
-def test_a_function_under_compile_keeps_its_backward(tmp_path):
-    """compile=True: AOTAutograd traces the Function's forward and its own backward."""
+def test_a_region_and_a_function_under_compile_keep_torch_s_gradients(tmp_path):
+    """compile=True: AOTAutograd traces the region's detaches, the Function's forward and its
+    own backward."""
     torch.manual_seed(0)
-    module = Net("grad_reverse")
+    module = Net("teacher_and_reversal")
     set_mode("pynative")
     cell = ms_aten.module(copy.deepcopy(module), (X,),
                           compile={"cache_dir": tmp_path, "training": True})

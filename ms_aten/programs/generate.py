@@ -94,12 +94,16 @@ class DecodeLoop(nn.Cell):
                         Tensor(shape=[lm.max_cache_len, lm.batch_size], dtype=ms.float32),
                         step[5], *_control_inputs(lm))
 
-    def construct(self, input_ids, positions, mask, steps, draws, seen, *controls):
+    # The controls are spelled out: starred arguments in a GRAPH-mode construct keep the Cell,
+    # and the CausalLM it holds, alive for the process's life (MindSpore 2.10; cell.call).
+    def construct(self, input_ids, positions, mask, steps, draws, seen, temperature, top_k,
+                  top_p, min_p, repetition_penalty, min_new, eos, pad):
         batch = input_ids.shape[0]
         tokens = ops.zeros((batch, self.max_len), ms.int64)
         i = Tensor(0, ms.int64)
-        token, seen, finished, logits = self.step(input_ids, positions, mask, i, draws[i], seen,
-                                                  ops.zeros((batch,), ms.bool_), *controls)
+        token, seen, finished, logits = self.step(
+            input_ids, positions, mask, i, draws[i], seen, ops.zeros((batch,), ms.bool_),
+            temperature, top_k, top_p, min_p, repetition_penalty, min_new, eos, pad)
         logged = ops.zeros((self.max_len if self.output_logits else 1, *logits.shape),
                            logits.dtype)
         tokens[:, i] = token
@@ -113,8 +117,9 @@ class DecodeLoop(nn.Cell):
         i = i + 1
         while i < steps and not finished.all():
             mask = ops.concat((mask, one), 1)
-            token, seen, finished, logits = self.step(token.reshape(batch, 1), position, mask,
-                                                      i, draws[i], seen, finished, *controls)
+            token, seen, finished, logits = self.step(
+                token.reshape(batch, 1), position, mask, i, draws[i], seen, finished,
+                temperature, top_k, top_p, min_p, repetition_penalty, min_new, eos, pad)
             tokens[:, i] = token
             if self.output_logits:
                 logged[i] = logits

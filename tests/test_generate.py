@@ -271,7 +271,9 @@ def test_bad_decoding_inputs_are_refused_on_the_host_and_the_cell_goes_on(model_
             ({"temperature": float("nan")}, "temperature must be finite and > 0, got nan"),
             ({"temperature": 0.0}, "temperature must be finite and > 0, got 0.0"),
             ({"top_p": float("inf")}, r"top_p must be in \(0, 1\], got inf"),
-            ({"top_k": -1}, "top_k must be >= 0 or None, got -1")]:
+            ({"top_k": -1}, "top_k must be >= 0 or None, got -1"),
+            ({"repetition_penalty": float("nan")},
+             "repetition_penalty must be finite and > 0, got nan")]:
         with pytest.raises(ValueError, match=f"ms_aten.generate: {message}"):
             ms_aten.generate(lm, prompt.numpy(), max_new_tokens=3, do_sample=True, **arguments)
     with pytest.raises(TypeError, match="top_k must be a whole number >= 0 or None, got float"):

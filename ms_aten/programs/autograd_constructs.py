@@ -29,10 +29,9 @@ from .errors import CaptureError
 _WRAP_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 
 
-def keep_grad_regions(gm: torch.fx.GraphModule) -> int:
+def keep_grad_regions(gm: torch.fx.GraphModule) -> None:
     """Detaches the inputs of every grad-disabled region of a torch.export graph (and of the
-    regions in its submodules); how many regions."""
-    count = 0
+    regions in its submodules)."""
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is _WRAP_GRAD and not node.args[0]:
             body = getattr(gm, node.args[1].target)
@@ -44,11 +43,9 @@ def keep_grad_regions(gm: torch.fx.GraphModule) -> int:
                 for user in users:
                     user.replace_input_with(placeholder, detached)
             body.recompile()
-            count += 1
     for child in gm.children():
         if isinstance(child, torch.fx.GraphModule):
-            count += keep_grad_regions(child)
-    return count
+            keep_grad_regions(child)
 
 
 def refuse_traced_functions(gm: torch.fx.GraphModule, name: str) -> None:

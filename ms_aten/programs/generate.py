@@ -174,9 +174,9 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
     if num_return_sequences != 1:
         _check_copies(lm, ids, num_return_sequences, do_sample)
         ids, mask = (np.repeat(a, num_return_sequences, axis=0) for a in (ids, mask))
-    _check(lm, ids, max_new_tokens, temperature, top_k, top_p)
+    _check(lm, ids, max_new_tokens, temperature, top_k, top_p, repetition_penalty)
     _check_mask(ids, mask)
-    _check_new_controls(min_p, repetition_penalty, min_length, min_new_tokens)
+    _check_new_controls(min_p, min_length, min_new_tokens)
     ids, mask = ids.astype(np.int64), mask.astype(np.int64)
     eos = [] if eos_token_id is None else \
         [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
@@ -295,17 +295,17 @@ def _check_mask(ids: np.ndarray, mask: np.ndarray) -> None:
                          f"decoder-only models need")
 
 
-def _check_new_controls(min_p: float | None, repetition_penalty: float, min_length: int,
+def _check_new_controls(min_p: float | None, min_length: int,
                         min_new_tokens: int | None) -> None:
-    if repetition_penalty <= 0 or (min_p is not None and not 0 <= min_p <= 1) or \
+    if (min_p is not None and not 0 <= min_p <= 1) or \
             min_length < 0 or (min_new_tokens is not None and min_new_tokens < 0):
-        raise ValueError(f"ms_aten.generate: needs repetition_penalty > 0, 0 <= min_p <= 1 "
-                         f"or None, min_length >= 0 and min_new_tokens >= 0 or None; got "
-                         f"{repetition_penalty}, {min_p}, {min_length}, {min_new_tokens}")
+        raise ValueError(f"ms_aten.generate: needs 0 <= min_p <= 1 or None, min_length >= 0 "
+                         f"and min_new_tokens >= 0 or None; got {min_p}, {min_length}, "
+                         f"{min_new_tokens}")
 
 
 def _check(lm: CausalLM, ids: np.ndarray, max_new_tokens: int, temperature: float,
-           top_k: int | None, top_p: float) -> None:
+           top_k: int | None, top_p: float, repetition_penalty: float) -> None:
     if ids.ndim != 2 or ids.shape[1] == 0 or ids.dtype.kind not in "iu":
         raise ValueError(f"ms_aten.generate: input_ids must be integer tokens of shape (batch, "
                          f"length >= 1), got {ids.dtype}{list(ids.shape)}")
@@ -322,4 +322,4 @@ def _check(lm: CausalLM, ids: np.ndarray, max_new_tokens: int, temperature: floa
                          f"max_new_tokens={max_new_tokens} need {needed} cache positions, past "
                          f"max_cache_len={lm.max_cache_len}")
     check_tokens("ms_aten.generate", ids, lm.vocab_size)
-    check_sampling("ms_aten.generate", temperature, top_k, top_p)
+    check_sampling("ms_aten.generate", temperature, top_k, top_p, repetition_penalty)

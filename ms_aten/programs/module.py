@@ -17,8 +17,10 @@ from .primitive import AtenFunction
 from .program import Program, Signature, build
 from .structure import Inputs, Node, output_nodes
 
-# Each submodule's mode (torch's `training`), in named_modules' order.
+# Each submodule's mode (torch's `training`), in named_modules' order: the root's first.
 Modes = tuple[bool, ...]
+# What one capture of a module is made for: its modes, and torch.autocast's dtype or None.
+Capture = tuple[Modes, torch.dtype | None]
 # MindSpore's mixed-precision flags (Cell.to_float, amp O2/O3) -> the dtype of torch.autocast.
 AUTOCAST_FLAGS = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": None}
 
@@ -94,8 +96,7 @@ class TorchModule(ProgramCell):
                             for key, t in module.state_dict(keep_vars=True).items()
                             if id(t) in by_tensor}
         self._weight_shapes = [list(p.shape) for p in self.weights]
-        self._functions: dict[tuple[Modes, torch.dtype | None],
-                              tuple[AtenFunction, tuple[Node, ...]]] = {}
+        self._functions: dict[Capture, tuple[AtenFunction, tuple[Node, ...]]] = {}
         self._autocast: torch.dtype | None = None
         # Each submodule's mode in the Cell's train mode: as the tree is now when its root is in
         # train mode, else torch's model.train() (every module in train mode).
@@ -109,19 +110,23 @@ class TorchModule(ProgramCell):
         """Each submodule's mode (named_modules' order) for the Cell's mode `training`."""
         return tuple(training and self._train_modes[name] for name in self._torch_submodules)
 
-    def _capture(self, training: bool, example: tuple[tuple, dict[str, Any]]
+    def _capture(self, key: Capture, example: tuple[tuple, dict[str, Any]]
                  ) -> tuple[Program, tuple[Node, ...]]:
+        """The program for a tree of modes and an autocast dtype: those of its AtenFunction,
+        whatever the Cell's are when a new input signature captures again."""
+        modes, autocast = key
+        training = modes[0]  # the root's mode, the Cell's
         module = self._torch_module
         # The capture sees each submodule in its own mode (torch.export keeps each one's); the
         # torch module's own modes come back afterwards.
         before = {m: m.training for m in self._torch_submodules.values()}
-        for m, mode in zip(self._torch_submodules.values(), self._modes(training), strict=True):
+        for m, mode in zip(self._torch_submodules.values(), modes, strict=True):
             m.training = mode
         inputs = self._inputs
         forward = module.__dict__.get("forward")
-        if self._autocast is not None:
+        if autocast is not None:
             # torch.export keeps an autocast entered inside forward (an outer one it drops).
-            module.forward = _autocast(module.forward, self._autocast)
+            module.forward = _autocast(module.forward, autocast)
         try:
             # The strictness that captured the first time captures every later time.
             exported, self._strict = export(module, example[0], self._name,
@@ -146,8 +151,8 @@ class TorchModule(ProgramCell):
         return program, output_nodes(exported.call_spec.out_spec)
 
     def _select(self, training: bool) -> None:
-        modes = self._modes(training), self._autocast
-        if modes not in self._functions:
+        key = self._modes(training), self._autocast
+        if key not in self._functions:
             # The primitive keeps its recapture, and a GRAPH-mode graph keeps the primitive until
             # the Cell is freed: the Cell by a weak reference, or it would never be.
             cell, name = weakref.ref(self), self._name
@@ -157,13 +162,13 @@ class TorchModule(ProgramCell):
                 if this is None:
                     raise RuntimeError(f"ms_aten.module({name}): the Cell is gone, and "
                                        f"its primitive cannot capture new input shapes")
-                return this._capture(training, this._inputs.example(
+                return this._capture(key, this._inputs.example(
                     list(example_like(signature))))[0]
 
-            program, nodes = self._capture(training, (self._inputs.args, self._inputs.kwargs))
-            self._functions[modes] = (
+            program, nodes = self._capture(key, (self._inputs.args, self._inputs.kwargs))
+            self._functions[key] = (
                 AtenFunction(program, recapture, record=self._record), nodes)
-        function, nodes = self._functions[modes]
+        function, nodes = self._functions[key]
         self._use(function, nodes)
 
     def set_train(self, mode: bool = True) -> TorchModule:

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch._inductor  # before a graph is unpickled: unpickling traces, which needs its ops
 
 LOG = logging.getLogger("ms_aten")
 # The namespaces of the ops a second process knows without loading anything but torch.
@@ -33,6 +32,8 @@ def aot_compile(gm: torch.fx.GraphModule, examples: list[torch.Tensor], director
                 name: str) -> str:
     """Compiles gm into directory/name/name.so, the generated C++ beside it; returns the .so's
     path relative to `directory`."""
+    import torch._inductor  # here, not at import: it imports TorchDynamo, a quarter of ms_aten's
+
     folder = directory / name
     folder.mkdir()
     torch._inductor.aot_compile(gm, tuple(examples),
@@ -132,6 +133,8 @@ def _zeros(shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) 
 
 
 def _main(request: str, directory: str, name: str) -> None:
+    import torch._inductor  # before the graph is unpickled: unpickling traces, which needs its ops
+
     spec = torch.load(request, weights_only=False)  # written by _Build, in this user's folder
     torch._inductor.config.load_config(spec["config"])
     examples = [_zeros(shape, stride, getattr(torch, dtype))

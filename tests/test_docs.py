@@ -54,10 +54,14 @@ def page_programs(path: Path) -> tuple[list[Program], list[int]]:
 
 
 def runs() -> list:
-    """(program, mode) per run: both modes for a program that sets one, else its own."""
-    cases = []
+    """(program, mode) per run: both modes for a program that sets one, else its own. A program
+    that a page repeats word for word (docs/index.md, the README's) runs once."""
+    cases, seen = [], set()
     for path in PAGES:
         for program in page_programs(path)[0]:
+            if program.code in seen:
+                continue
+            seen.add(program.code)
             modes = ("GRAPH", "PYNATIVE") if MODE.search(program.code) else (None,)
             where = f"{program.page}:{program.line}"
             cases += [pytest.param(program, mode, id=where + (f"-{mode}" if mode else ""))

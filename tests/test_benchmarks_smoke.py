@@ -106,10 +106,10 @@ def test_quick_decode_benchmark_makes_torch_s_tokens_on_every_route(tmp_path: Pa
 
 def test_quick_compiled_benchmark_runs_both_compilers_and_reports_compile_times(
         tmp_path: Path) -> None:
-    """torch.compile and ms_aten's compile= on tiny GPT-2's forward and training step, each in
-    its own process with cold caches: the ms_aten routes are checked against torch eager (a
-    wrong result fails the run), launch one kernel per forward and three per step, and both
-    sides report a compile time."""
+    """torch.compile and ms_aten's compile= on tiny GPT-2's forward, ms_aten's on its training
+    step, each in its own process with cold caches: the ms_aten routes are checked against
+    torch eager (a wrong result fails the run), launch one kernel per forward and three per
+    step, and both sides report a compile time."""
     done = subprocess.run([sys.executable, "-m", "benchmarks.compiled.run", "--quick",
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=2 * TIME_LIMIT_S)

@@ -11,7 +11,8 @@ Method:
 - torch eager runs in dynamic/worker_torch.py, a process that never imports MindSpore; each
   ms_aten route (mode × dynamic/static) in dynamic/worker_ms_aten.py, a process of its own; each
   job in --processes fresh processes, torch's and ms_aten's alternating, every other round
-  backwards; figures are medians over the processes.
+  backwards; figures are medians over the processes. --quick runs each workload's ms_aten routes
+  in one process, in turns: a smoke run, not a measurement.
 - Per process: the cold run (the first run of the workload in the process: for ms_aten, the
   capture before it, and every capture and compile it triggers) is the total; its first call;
   its ms per item after the first call; and the steady state, the median of the --warm runs'
@@ -44,13 +45,14 @@ FIGURES = ("total_s", "first_call_s", "after_first_ms", "steady_ms")
 QUICK_TOKENS = PROMPT + 4
 
 
-def worker(job: tuple[str, ...], warm: int, tokens: int) -> dict:
-    side, workload, *route = job
+def worker(job: tuple[str, ...], warm: int, tokens: int) -> dict[str, dict]:
+    """A job's results by route ("torch" for torch's): (side, workload, *routes)."""
+    side, workload, *routes = job
     arguments = ["--workload", workload, "--warm", str(warm), "--tokens", str(tokens)]
     if side == "torch":
-        return workers.run(TORCH, arguments)
-    mode, shapes = route
-    return workers.run(MS_ATEN, [*arguments, "--mode", mode, "--shapes", shapes])
+        return {"torch": workers.run(TORCH, arguments)}
+    return workers.run(MS_ATEN, [*arguments, *(a for r in routes for a in ("--route", r))]
+                       )["routes"]
 
 
 def check(workload: str, got: list, want: list, job: tuple[str, ...]) -> None:
@@ -68,27 +70,31 @@ def median_figures(results: list[dict]) -> dict:
     return entry
 
 
-def bench(processes: int, warm: int, tokens: int) -> dict:
-    jobs = [("torch", w) for w in WORKLOADS] + [("ms_aten", w, *r) for w in WORKLOADS
-                                                for r in ROUTES]
-    runs: dict[tuple[str, ...], list[dict]] = {job: [] for job in jobs}
+def bench(processes: int, warm: int, tokens: int, quick: bool) -> dict:
+    """Every job in its --processes fresh processes; with `quick`, each workload's ms_aten
+    routes in one process, in turns."""
+    names = ["-".join(route) for route in ROUTES]
+    jobs = [("torch", w) for w in WORKLOADS] + [
+        job for w in WORKLOADS
+        for job in ([("ms_aten", w, *names)] if quick else [("ms_aten", w, n) for n in names])]
+    runs: dict[tuple[str, str], list[dict]] = {
+        (w, r): [] for w in WORKLOADS for r in ["torch", *names]}
     for job in workers.schedule(jobs, processes):
         started = time.perf_counter()
-        runs[job].append(worker(job, warm, tokens))
-        result = runs[job][-1]
-        print(f"  {' '.join(job):30} total {result['total_s']:8.2f} s, steady "
-              f"{result['steady_ms']:8.2f} ms/item ({time.perf_counter() - started:.0f} s)",
-              flush=True)
+        for route, result in worker(job, warm, tokens).items():
+            runs[(job[1], route)].append(result)
+            print(f"  {job[1]} {route:20} total {result['total_s']:8.2f} s, steady "
+                  f"{result['steady_ms']:8.2f} ms/item ({time.perf_counter() - started:.0f} s)",
+                  flush=True)
     rows: dict = {}
     for workload in WORKLOADS:
-        reference = runs[("torch", workload)]
+        reference = runs[(workload, "torch")]
         want = reference[0]["produced"]
         rows[workload] = {"torch": median_figures(reference), "produced": want}
-        for route in ROUTES:
-            job = ("ms_aten", workload, *route)
-            for result in runs[job]:
-                check(workload, result["produced"], want, job)
-            rows[workload]["-".join(route)] = median_figures(runs[job])
+        for name in names:
+            for result in runs[(workload, name)]:
+                check(workload, result["produced"], want, (workload, name))
+            rows[workload][name] = median_figures(runs[(workload, name)])
     return rows
 
 
@@ -133,8 +139,8 @@ def write_markdown(results: Path) -> Path:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="one process per job, one warm run, decoding to "
-                        f"{QUICK_TOKENS} tokens (a smoke run)")
+                        help="one process per workload and side, one warm run, decoding "
+                        f"to {QUICK_TOKENS} tokens (a smoke run)")
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per job")
     # A GRAPH training loop runs slower for its first seconds after compiling (issue 26's note:
     # MindSpore's yielding thread pool beside ATen's spinning workers on 2 cores): more warm
@@ -146,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
     processes, warm, tokens = ((1, 1, QUICK_TOKENS) if args.quick
                                else (args.processes, args.warm, TOKENS))
     started, load_start = time.time(), os.getloadavg()
-    rows = bench(processes, warm, tokens)
+    rows = bench(processes, warm, tokens, args.quick)
     meta = {**workers.machine_meta(started, load_start), "note": args.note,
             "processes": processes, "warm": warm, "tokens": tokens}
     print(report(rows))

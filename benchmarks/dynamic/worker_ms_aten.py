@@ -2,7 +2,9 @@
 it; it prints one RESULT line of JSON.
 
     .venv/bin/python -m benchmarks.dynamic.worker_ms_aten --workload decode|train
-        --mode graph|pynative --shapes dynamic|static [--warm 5] [--tokens 40]
+        --route graph|pynative-dynamic|static [--route ...] [--warm 5] [--tokens 40]
+
+Several --route: each in turn, in this process (dynamic/run.py's --quick).
 
 - dynamic: `ms_aten.module(model, inputs, dynamic_shapes=...)` with a dynamic sequence dim
   (and batch dim, for training): one capture; in GRAPH mode the Cell declares its dynamic dims
@@ -101,23 +103,29 @@ def trainer(cell: ms_aten.TorchModule, graph: bool, shapes: str) -> Run:
     return train
 
 
-def main() -> None:
-    parser = arguments(__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=["graph", "pynative"], required=True)
-    parser.add_argument("--shapes", choices=["dynamic", "static"], required=True)
-    args = parser.parse_args()
-    ms.set_device("CPU")
-    ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
-    cell, setup_s = capture(args.workload, args.shapes)
-    run = (decoder(cell, args.tokens) if args.workload == "decode"
-           else trainer(cell, args.mode == "graph", args.shapes))
-    n = items(args.workload, args.tokens)
-    result = run_timed(n, run, setup_s, args.warm)
+def time_route(workload: str, mode: str, shapes: str, tokens: int, warm: int) -> dict:
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    cell, setup_s = capture(workload, shapes)
+    run = (decoder(cell, tokens) if workload == "decode"
+           else trainer(cell, mode == "graph", shapes))
+    n = items(workload, tokens)
+    result = run_timed(n, run, setup_s, warm)
     before = ms_aten.launch_count()
     run(ms_sync)
-    result["launches_per_item"] = (ms_aten.launch_count() - before) / n
-    emit({"side": "ms_aten", "mode": args.mode, "shapes": args.shapes, "batch": BATCH,
-          "threads": ms_aten.get_num_threads(), **result})
+    return {**result, "launches_per_item": (ms_aten.launch_count() - before) / n}
+
+
+def main() -> None:
+    parser = arguments(__doc__.splitlines()[0])
+    parser.add_argument("--route", action="append", required=True,
+                        choices=[f"{m}-{s}" for m in ("graph", "pynative")
+                                 for s in ("dynamic", "static")])
+    args = parser.parse_args()
+    ms.set_device("CPU")
+    routes = {route: time_route(args.workload, *route.split("-"), args.tokens, args.warm)
+              for route in args.route}
+    emit({"side": "ms_aten", "batch": BATCH, "threads": ms_aten.get_num_threads(),
+          "routes": routes})
 
 
 if __name__ == "__main__":

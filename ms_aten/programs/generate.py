@@ -1,7 +1,7 @@
-"""ms_aten.generate: greedy or sampled decoding over a ms_aten.causal_lm Cell, of one prompt or a
-left-padded batch, with the argument names and meanings of transformers' generate; in GRAPH
-mode the whole loop (prompt, every token, sampling) is one compiled graph, or, with a
-streamer, a compiled step per token."""
+"""ms_aten.generate: greedy, sampled or beam decoding over a ms_aten.causal_lm Cell, of one
+prompt or a left-padded batch, with the argument names and meanings of transformers' generate;
+in GRAPH mode the whole loop (prompt, every token, sampling) is one compiled graph, or, with a
+streamer or stop strings, a compiled step per token (beam search: beam_search.py)."""
 from __future__ import annotations
 
 import inspect
@@ -157,15 +157,23 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
     loop stops when every sequence is. `num_return_sequences` samples that many sequences per
     prompt (the cache's batch_size holds them all). `streamer`: transformers' protocol (a
     TextStreamer), given the prompt, then each step's tokens (`put`), then `end()`.
+    `stop_strings` (with the model's `tokenizer`): a row whose text ends with one is finished
+    (transformers' StopStringCriteria, read after each token).
+
+    `num_beams` > 1: transformers' beam search (beam_search.py), its `length_penalty`,
+    `early_stopping` (True, False or "never") and `num_return_sequences` (the best that many
+    hypotheses of each prompt, at most num_beams); the cache holds batch * num_beams rows.
 
     In GRAPH mode the whole loop is one compiled graph (DecodeLoop), compiled once per Cell,
-    do_sample and output_logits; with a streamer, a compiled step (DecodeStep) called once per
-    token, so that the streamer runs between steps.
+    do_sample and output_logits; with a streamer or stop_strings, a compiled step (DecodeStep)
+    called once per token, so that the streamer and the stop strings run between steps; beam
+    search is a compiled step and a compiled cache reorder per token.
 
     Refused before anything runs: an argument of model.generate this function does not take
-    (a TypeError naming those it takes; beam search among them), a batch size other than the
-    cache's, a mask that is not left padding of input_ids' shape, and a prompt with
-    max_new_tokens that needs more positions than max_cache_len."""
+    (a TypeError naming those it takes), a batch size other than the cache's (times num_beams
+    with beams), a mask that is not left padding of input_ids' shape, a prompt with
+    max_new_tokens that needs more positions than max_cache_len, stop_strings without a
+    tokenizer, and beam sampling (do_sample with num_beams > 1) or a streamer with beams."""
     if not isinstance(lm, CausalLM):
         raise TypeError(f"ms_aten.generate expects a ms_aten.causal_lm Cell, "
                         f"got {type(lm).__name__}")

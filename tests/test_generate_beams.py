@@ -65,13 +65,17 @@ def test_beam_search_of_one_prompt_equals_transformers(model_and_lm, mode):
     np.testing.assert_array_equal(best, expected[:1])
     controls = {"num_beams": 6, "num_return_sequences": 2, "eos_token_id": EOS,
                 "min_new_tokens": 4, "repetition_penalty": 1.5}
-    expected = _torch(model, prompt, 10, **controls)
-    assert not np.array_equal(expected, _torch(model, prompt, 10, num_beams=6,
-                                               num_return_sequences=2, eos_token_id=EOS))
+    with torch.no_grad():
+        expected = model.generate(prompt, max_new_tokens=10, do_sample=False, pad_token_id=PAD,
+                                  output_logits=True, return_dict_in_generate=True, **controls)
+    assert not np.array_equal(expected.sequences.numpy(), _torch(
+        model, prompt, 10, num_beams=6, num_return_sequences=2, eos_token_id=EOS))
     out = ms_aten.generate(lm, prompt.numpy(), max_new_tokens=10, output_logits=True,
                            **controls)
-    np.testing.assert_array_equal(out.sequences.asnumpy(), expected)
-    assert out.logits[0].shape == (ROWS, VOCAB)
+    np.testing.assert_array_equal(out.sequences.asnumpy(), expected.sequences.numpy())
+    assert len(out.logits) == len(expected.logits)
+    for mine, theirs in zip(out.logits, expected.logits, strict=True):  # the running beams'
+        np.testing.assert_allclose(mine.asnumpy(), theirs.numpy(), rtol=1e-4, atol=1e-4)
 
 
 SETTINGS = [(True, 3.0), (False, 3.0), ("never", 1.0), (False, 1.0), (False, -1.0)]

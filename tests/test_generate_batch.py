@@ -165,11 +165,14 @@ def test_what_generate_does_not_take_is_refused_by_name(model_and_lm, mode):
     set_mode(mode)
     ids, mask = _left_padded(_prompts(5, 3, seed=7))
     ids, mask = ids.numpy(), mask.numpy()
-    for unsupported in ({"num_beams": 3}, {"stop_strings": ["."]}, {"typical_p": 0.5}):
+    for unsupported in ({"typical_p": 0.5}, {"no_repeat_ngram_size": 2}):
         name = next(iter(unsupported))
         with pytest.raises(TypeError, match=rf"does not support {name}=.*; it takes "
                                             rf"attention_mask, max_new_tokens, do_sample"):
             ms_aten.generate(lm, ids, attention_mask=mask, max_new_tokens=4, **unsupported)
+    with pytest.raises(ValueError, match=r"2 prompts with num_beams=3 need 6 cache rows, but "
+                                         r"the cache holds batch_size=2"):
+        ms_aten.generate(lm, ids, attention_mask=mask, max_new_tokens=4, num_beams=3)
     right = mask[:, ::-1].copy()
     with pytest.raises(ValueError, match=r"attention_mask row 1 is not left padding"):
         ms_aten.generate(lm, ids, attention_mask=right, max_new_tokens=4)

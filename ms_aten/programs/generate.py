@@ -1,7 +1,7 @@
-"""ms_aten.generate: greedy or sampled decoding over a ms_aten.causal_lm Cell, of one prompt or a
-left-padded batch, with the argument names and meanings of transformers' generate; in GRAPH
-mode the whole loop (prompt, every token, sampling) is one compiled graph, or, with a
-streamer, a compiled step per token."""
+"""ms_aten.generate: greedy, sampled or beam decoding over a ms_aten.causal_lm Cell, of one
+prompt or a left-padded batch, with the argument names and meanings of transformers' generate;
+in GRAPH mode the whole loop (prompt, every token, sampling) is one compiled graph, or, with a
+streamer or stop strings, a compiled step per token (beam search: beam_search.py)."""
 from __future__ import annotations
 
 import inspect
@@ -134,9 +134,10 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
              top_p: float = 1.0, min_p: float | None = None, repetition_penalty: float = 1.0,
              min_length: int = 0, min_new_tokens: int | None = None,
              eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
-             num_return_sequences: int = 1, num_beams: int = 1, streamer: Any = None,
-             seed: int | None = None, output_logits: bool = False,
-             **unsupported: Any) -> Tensor | GenerateOutput:
+             num_return_sequences: int = 1, num_beams: int = 1, length_penalty: float = 1.0,
+             early_stopping: bool | str = False, stop_strings: str | list[str] | None = None,
+             tokenizer: Any = None, streamer: Any = None, seed: int | None = None,
+             output_logits: bool = False, **unsupported: Any) -> Tensor | GenerateOutput:
     """The prompt `input_ids` (batch, length) and up to `max_new_tokens` tokens after it, as
     transformers' model.generate, with its arguments' names and meanings: the prompt runs in
     one call (prefill), then one call per token, at the cache positions the loop counts.
@@ -156,24 +157,38 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
     loop stops when every sequence is. `num_return_sequences` samples that many sequences per
     prompt (the cache's batch_size holds them all). `streamer`: transformers' protocol (a
     TextStreamer), given the prompt, then each step's tokens (`put`), then `end()`.
+    `stop_strings` (with the model's `tokenizer`): a row whose text ends with one is finished
+    (transformers' StopStringCriteria, read after each token).
+
+    `num_beams` > 1: transformers' beam search (beam_search.py), its `length_penalty`,
+    `early_stopping` (True, False or "never") and `num_return_sequences` (the best that many
+    hypotheses of each prompt, at most num_beams); the cache holds batch * num_beams rows.
 
     In GRAPH mode the whole loop is one compiled graph (DecodeLoop), compiled once per Cell,
-    do_sample and output_logits; with a streamer, a compiled step (DecodeStep) called once per
-    token, so that the streamer runs between steps.
+    do_sample and output_logits; with a streamer or stop_strings, a compiled step (DecodeStep)
+    called once per token, so that the streamer and the stop strings run between steps; beam
+    search is a compiled step and a compiled cache reorder per token.
 
     Refused before anything runs: an argument of model.generate this function does not take
-    (a TypeError naming those it takes; beam search among them), a batch size other than the
-    cache's, a mask that is not left padding of input_ids' shape, and a prompt with
-    max_new_tokens that needs more positions than max_cache_len."""
+    (a TypeError naming those it takes), a batch size other than the cache's (times num_beams
+    with beams), a mask that is not left padding of input_ids' shape, a prompt with
+    max_new_tokens that needs more positions than max_cache_len, stop_strings without a
+    tokenizer, and beam sampling (do_sample with num_beams > 1) or a streamer with beams."""
     if not isinstance(lm, CausalLM):
         raise TypeError(f"ms_aten.generate expects a ms_aten.causal_lm Cell, "
                         f"got {type(lm).__name__}")
-    _refuse(unsupported, num_beams)
+    _refuse(unsupported)
     ids = _host(input_ids)
     mask = np.ones_like(ids) if attention_mask is None else _host(attention_mask)
-    if num_return_sequences != 1:
+    if num_beams != 1:
+        from .beam_search import check_beams
+        check_beams(lm, ids, num_beams, num_return_sequences, do_sample, length_penalty,
+                    early_stopping, streamer)
+    elif num_return_sequences != 1:
         _check_copies(lm, ids, num_return_sequences, do_sample)
-        ids, mask = (np.repeat(a, num_return_sequences, axis=0) for a in (ids, mask))
+    copies = num_return_sequences if num_beams == 1 else num_beams
+    if copies != 1:
+        ids, mask = (np.repeat(a, copies, axis=0) for a in (ids, mask))
     _check(lm, ids, max_new_tokens, temperature, top_k, top_p, repetition_penalty)
     _check_mask(ids, mask)
     _check_new_controls(min_p, min_length, min_new_tokens)
@@ -181,6 +196,16 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
     eos = [] if eos_token_id is None else \
         [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
     pad = pad_token_id if pad_token_id is not None else eos[0] if eos else -1
+    stop = _stop_strings(stop_strings, tokenizer)
+    if num_beams != 1:
+        from .beam_search import beam_search
+        found, logits = beam_search(
+            lm, ids, mask, num_beams=num_beams, max_new_tokens=max_new_tokens,
+            length_penalty=length_penalty, early_stopping=early_stopping,
+            num_return_sequences=num_return_sequences, repetition_penalty=repetition_penalty,
+            min_length=min_length, min_new_tokens=min_new_tokens or 0, eos=eos, pad=pad,
+            stop=stop, output_logits=output_logits)
+        return GenerateOutput(Tensor(found), logits) if output_logits else Tensor(found)
     batch, length = ids.shape
     controls = logits_process.controls(
         lm.vocab_size, length, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
@@ -190,8 +215,9 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
     draws = np.zeros((lm.max_cache_len, batch), np.float32)
     if do_sample:
         draws[:max_new_tokens] = np.random.default_rng(seed).random((max_new_tokens, batch))
-    loop = _loop(lm, do_sample, output_logits, streamer is not None)
-    if streamer is None:
+    stepwise = streamer is not None or stop is not None
+    loop = _loop(lm, do_sample, output_logits, stepwise)
+    if not stepwise:
         tokens, count, logged = loop(Tensor(ids), Tensor(np.arange(length, dtype=np.int64)),
                                      Tensor(mask), Tensor(max_new_tokens, ms.int64),
                                      Tensor(draws), Tensor(seen), *controls)
@@ -200,7 +226,7 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
         logits = tuple(logged[i] for i in range(made)) if output_logits else ()
     else:
         new, logits = _stream(loop, ids, mask, max_new_tokens, draws, seen, controls, streamer,
-                              output_logits)
+                              stop, bool(eos), output_logits)
     sequences = Tensor(np.concatenate([ids, new], 1))
     if not output_logits:
         return sequences
@@ -225,46 +251,69 @@ def _loop(lm: CausalLM, do_sample: bool, output_logits: bool, stepwise: bool) ->
 
 def _stream(step: nn.Cell, ids: np.ndarray, mask: np.ndarray, max_new_tokens: int,
             draws: np.ndarray, seen: np.ndarray, controls: logits_process.Controls,
-            streamer: Any, output_logits: bool) -> tuple[np.ndarray, tuple[Tensor, ...]]:
+            streamer: Any, stop: Any, pad_stopped: bool,
+            output_logits: bool) -> tuple[np.ndarray, tuple[Tensor, ...]]:
     """DecodeLoop's loop in Python, a DecodeStep per token, the streamer called as
     model.generate calls it: `put` with the prompt, then with each step's tokens (batch,),
-    then `end()`. The new tokens (batch, made), and the raw logits if asked for."""
-    streamer.put(torch.from_numpy(ids))
+    then `end()`; `stop` (transformers' StopStringCriteria) read after each token. A row it
+    stops is finished, its later tokens the pad token, when `pad_stopped` (there is an end
+    token: transformers pads only then); the loop ends when every row is finished or stopped.
+    The new tokens (batch, made), and the raw logits if asked for."""
+    if streamer is not None:
+        streamer.put(torch.from_numpy(ids))
     batch, length = ids.shape
     inputs, positions = ids, np.arange(length, dtype=np.int64)
     state, finished = Tensor(seen), Tensor(np.zeros(batch, np.bool_))
-    new, logits = [], []
+    stopped = np.zeros(batch, np.bool_)
+    sequences, logits = ids, []
     for i in range(max_new_tokens):
         token, state, finished, raw = step(Tensor(inputs), Tensor(positions), Tensor(mask),
                                            Tensor(i, ms.int64), Tensor(draws[i]), state,
                                            finished, *controls)
-        chosen = token.asnumpy()
-        streamer.put(torch.from_numpy(chosen))
-        new.append(chosen)
+        chosen, done = token.asnumpy(), finished.asnumpy()
+        if streamer is not None:
+            streamer.put(torch.from_numpy(chosen))
+        sequences = np.concatenate([sequences, chosen[:, None]], 1)
         if output_logits:
             logits.append(raw)
-        if finished.asnumpy().all():
+        if stop is not None:
+            stopped |= stop(torch.from_numpy(sequences), None).numpy()
+            if pad_stopped:
+                done = done | stopped
+                finished = Tensor(done)
+        if (done | stopped).all():
             break
         inputs, positions = chosen.reshape(batch, 1), np.array([length + i], np.int64)
         mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], 1)
-    streamer.end()
-    return np.stack(new, 1), tuple(logits)
+    if streamer is not None:
+        streamer.end()
+    return sequences[:, length:], tuple(logits)
+
+
+def _stop_strings(stop_strings: str | list[str] | None, tokenizer: Any) -> Any:
+    """transformers' StopStringCriteria for `stop_strings`, None without them; a ValueError
+    without a tokenizer, as model.generate raises."""
+    if stop_strings is None:
+        return None
+    if tokenizer is None:
+        raise ValueError("ms_aten.generate: stop_strings needs the model's tokenizer, to know "
+                         "which tokens make the strings: pass it as tokenizer=, as "
+                         "model.generate requires")
+    from transformers.generation.stopping_criteria import StopStringCriteria
+    return StopStringCriteria(tokenizer, stop_strings)
 
 
 def _host(array: Tensor | np.ndarray) -> np.ndarray:
     return array.asnumpy() if isinstance(array, Tensor) else np.asarray(array)
 
 
-def _refuse(unsupported: dict[str, Any], num_beams: int) -> None:
+def _refuse(unsupported: dict[str, Any]) -> None:
     """TypeError for an argument generate does not take, naming those it takes."""
-    if num_beams != 1:
-        unsupported = {"num_beams": num_beams, **unsupported}
     if unsupported:
         names = [name for name, parameter in inspect.signature(generate).parameters.items()
                  if parameter.kind is inspect.Parameter.KEYWORD_ONLY]
         what = ", ".join(f"{name}={value!r}" for name, value in unsupported.items())
-        beams = " (beam search is not supported)" if "num_beams" in unsupported else ""
-        raise TypeError(f"ms_aten.generate does not support {what}{beams}; it takes "
+        raise TypeError(f"ms_aten.generate does not support {what}; it takes "
                         f"{', '.join(names)}")
 
 

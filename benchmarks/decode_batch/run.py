@@ -141,14 +141,14 @@ def bench_model(model: str, args: argparse.Namespace, shape_args: list[str],
     row: dict = {"cells": {}}
     with tempfile.TemporaryDirectory() as folder:
         expect = Path(folder) / "tokens.json"
-        quick = ["--runs", "1", *route_flags("torch", args.routes), "--bandwidth", "256"] \
-            if args.quick else []
+        quick = [*route_flags("torch", args.routes), "--runs", str(args.runs), "--bandwidth",
+                 "256"] if args.quick else []
         done = {"torch": workers.run(WORKERS["torch"], [*every, "--reference", *quick])}
         expect.write_text(json.dumps({key: cell["reference"]
                                       for key, cell in done["torch"]["cells"].items()}))
         if args.quick:
             done["ms_aten"] = workers.run(WORKERS["ms_aten"], [
-                *every, *route_flags("ms_aten", args.routes), "--runs", "1", "--expect",
+                *every, *route_flags("ms_aten", args.routes), "--runs", str(args.runs), "--expect",
                 str(expect)])
             row["bandwidth_gb_s"] = done["torch"]["bandwidth_gb_s"]
         for dtype, batch in cells:
@@ -161,7 +161,7 @@ def bench_model(model: str, args: argparse.Namespace, shape_args: list[str],
             else:
                 one = ["--model", model, "--dtypes", dtype, "--batches", str(batch),
                        *shape_args, "--runs", str(args.runs), "--expect", str(expect)]
-                jobs = [(side_of(r), r) for r in args.routes]
+                jobs: list[workers.Job] = [(side_of(r), r) for r in args.routes]
                 for side, route in workers.schedule(jobs, args.processes):
                     started = time.perf_counter()
                     result = workers.run(WORKERS[side], [*one, "--route", route])

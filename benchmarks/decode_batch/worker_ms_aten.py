@@ -42,9 +42,10 @@ from benchmarks.decode_batch.workloads import (
 
 def generator(lm: ms_aten.CausalLM, ids: np.ndarray, mask: np.ndarray) -> Generate:
     def generate(new: int) -> np.ndarray:
-        out = ms_aten.generate(lm, ids, attention_mask=mask, max_new_tokens=new,
-                               pad_token_id=PAD)
-        return out.asnumpy()[:, ids.shape[1]:]
+        sequences = ms_aten.generate(lm, ids, attention_mask=mask, max_new_tokens=new,
+                                     pad_token_id=PAD)
+        assert not isinstance(sequences, ms_aten.GenerateOutput)  # no output_logits
+        return sequences.asnumpy()[:, ids.shape[1]:]
     return generate
 
 

@@ -23,12 +23,16 @@ position. Routes, under torch.no_grad, greedy, the prompts left-padded with thei
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import sys
 import time
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import torch
+import transformers
 
 from benchmarks.common.workers import ROOT, emit
 from benchmarks.decode.workloads import metadata, static_cache_wrapper
@@ -60,22 +64,23 @@ def bandwidth_gb_s(mib: int, tries: int = 5) -> float:
     return 2 * source.numel() * source.element_size() / best / 1e9
 
 
-def static_cache_lm(wrapper: torch.nn.Module) -> torch.nn.Module:
-    """ms_aten's StaticCacheLM over `wrapper`, loaded from its file (it imports torch and
-    transformers only): `import ms_aten.programs.static_cache` would run ms_aten's __init__,
-    which imports MindSpore."""
+@functools.cache
+def static_cache_module() -> ModuleType:
+    """ms_aten/programs/static_cache.py (it imports torch and transformers only), loaded from
+    its file: `import ms_aten.programs.static_cache` would run ms_aten's __init__, which
+    imports MindSpore."""
     spec = importlib.util.spec_from_file_location(
         "ms_aten_static_cache", ROOT / "ms_aten" / "programs" / "static_cache.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.StaticCacheLM(wrapper)
+    return module
 
 
-def facts(model: torch.nn.Module, wrapper: torch.nn.Module) -> dict:
+def facts(model: transformers.PreTrainedModel, wrapper: torch.nn.Module) -> dict:
     """What the bound needs: the model's parameters (parameters() yields a tied one once) and
     their bytes, and the static cache's bytes per position (keys and values, every layer)."""
-    layers = wrapper.static_cache.layers  # type: ignore[union-attr]
+    layers: list[Any] = wrapper.static_cache.layers  # type: ignore[union-attr,assignment]
     return {"parameters": sum(p.numel() for p in model.parameters()),
             "weight_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
             "kv_bytes_per_position": sum(
@@ -83,7 +88,7 @@ def facts(model: torch.nn.Module, wrapper: torch.nn.Module) -> dict:
                 for layer in layers)}
 
 
-def generator(model: torch.nn.Module, ids: np.ndarray, mask: np.ndarray) -> Generate:
+def generator(model: transformers.PreTrainedModel, ids: np.ndarray, mask: np.ndarray) -> Generate:
     input_ids, attention_mask = torch.from_numpy(ids), torch.from_numpy(mask)
 
     def generate(new: int) -> np.ndarray:
@@ -118,7 +123,7 @@ def run_cell(task: Task, dtype: str, batch: int, reference: bool) -> dict:
     ids, mask = prompts(task.shape, batch, model.config.get_text_config().vocab_size)
     start = time.perf_counter()
     wrapper = static_cache_wrapper(model, ids.shape[1] + task.shape.new_tokens, batch)
-    step = static_cache_lm(wrapper)
+    step = static_cache_module().StaticCacheLM(wrapper)
     setup_s = time.perf_counter() - start
     result: dict = {"facts": facts(model, wrapper), "width": ids.shape[1],
                     "lengths": mask.sum(1).tolist(), "routes": {}}

@@ -110,7 +110,7 @@ def build(name: str, dtype: str) -> transformers.PreTrainedModel:
     """The same weights in every process: drawn in float32 from torch's CPU generator seeded
     with 0, then cast to `dtype`; in eval mode."""
     torch.manual_seed(0)
-    return MODELS[name].build().to(DTYPES[dtype]).eval()
+    return MODELS[name].build().to(dtype=DTYPES[dtype]).eval()
 
 
 # Route keys (the workers' --route) and how the report names them.
@@ -196,7 +196,8 @@ def time_route(generate: Generate, setup_s: float, task: Task, expect: list[list
     Path("/proc/self/clear_refs").write_text("5")
     rss_before = status_mib("VmRSS")
     counted = launches()
-    totals, prefills = [], []
+    totals: list[float] = []
+    prefills: list[float] = []
     for _ in range(task.runs):
         for n, times in ((new, totals), (1, prefills)):
             start = time.perf_counter()

@@ -131,14 +131,13 @@ def route_flags(side: str, routes: list[str]) -> list[str]:
     return [a for r in routes if side_of(r) == side for a in ("--route", r)]
 
 
-def bench_model(model: str, args: argparse.Namespace, shape_args: list[str],
-                save: Callable[[], None]) -> dict:
-    """Every cell (dtype x batch) of `model`: the reference, then every route's processes
-    (--quick: one process per side for all)."""
+def bench_model(model: str, args: argparse.Namespace, shape_args: list[str], row: dict,
+                save: Callable[[], None]) -> None:
+    """Every cell (dtype x batch) of `model` into row["cells"], each saved when done: the
+    reference, then every route's processes (--quick: one process per side for all)."""
     cells = [(dtype, batch) for dtype in args.dtypes for batch in args.batches]
     every = ["--model", model, "--dtypes", *args.dtypes, "--batches", *map(str, args.batches),
              *shape_args]
-    row: dict = {"cells": {}}
     with tempfile.TemporaryDirectory() as folder:
         expect = Path(folder) / "tokens.json"
         quick = [*route_flags("torch", args.routes), "--runs", str(args.runs), "--bandwidth",
@@ -172,7 +171,6 @@ def bench_model(model: str, args: argparse.Namespace, shape_args: list[str],
             cell = {k: reference[k] for k in ("facts", "width", "lengths", "reference")}
             row["cells"][key] = finish_cell(model, dtype, cell, results)
             save()
-    return row
 
 
 def number(value: float | None, form: str) -> str:
@@ -272,7 +270,8 @@ def main(argv: list[str] | None = None) -> dict:
     args.processes, args.runs = processes, runs
     for model in args.models:
         print(f"{model}:", flush=True)
-        data["models"][model] = row = bench_model(model, args, shape_args, save)
+        data["models"][model] = row = {"cells": {}}
+        bench_model(model, args, shape_args, row, save)
         if "bandwidth_gb_s" in row:
             data["bandwidth_gb_s"].setdefault("start", row.pop("bandwidth_gb_s"))
     if not args.quick:

@@ -206,8 +206,8 @@ def report(data: dict) -> str:
                 agree = "" if entry["tokens_agree"] else " (processes differ)"
                 lines.append(
                     f"| {ROUTES[route]} | {entry['tokens_per_s']:.4g} | {speed} | "
-                    f"{entry['step_ms']:.3g} | ×{entry['step_ms'] / limit['step_ms']:.2f} | "
-                    f"{entry['prefill_s'] * 1e3:.3g} | {entry['total_s']:.3g} | {launches} | "
+                    f"{entry['step_ms']:.4g} | ×{entry['step_ms'] / limit['step_ms']:.2f} | "
+                    f"{entry['prefill_s'] * 1e3:.4g} | {entry['total_s']:.3g} | {launches} | "
                     f"{entry['rows_equal_generate']}/{batch}{agree} | "
                     f"{number(entry.get('rows_equal_static_loop'), 'd')}/{batch} | "
                     f"{entry['rss_before_mib']:.0f} / {entry['peak_mib']:.0f} | "

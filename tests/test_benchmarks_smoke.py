@@ -1,6 +1,6 @@
 """Smoke test of the benchmark harness: each family's driver (`python -m benchmarks.ops.run`,
 `benchmarks.models.run`, `benchmarks.dynamic.run`, `benchmarks.decode.run`,
-`benchmarks.compiled.run`) runs with --quick
+`benchmarks.compiled.run`, `benchmarks.decode_batch.run`) runs with --quick
 and writes its results.
 
 No timing is asserted: the numbers depend on the machine and its load.
@@ -123,3 +123,32 @@ def test_quick_compiled_benchmark_runs_both_compilers_and_reports_compile_times(
         for entry in entries.values():
             assert entry["ms"] > 0 and entry["compile_s"] > 0
     assert "| gpt2-tiny | forward |" in (tmp_path / "compiled.md").read_text()
+
+
+def test_quick_batched_decode_benchmark_runs_every_route_beside_the_bound(
+        tmp_path: Path) -> None:
+    """A left-padded bfloat16 batch of two prompts of the tiny Llama on every route (torch's
+    model.generate and static-cache loop, ms_aten.generate in both modes): ms_aten's tokens
+    equal the static-cache loop's (the same kernels) and model.generate's, one kernel launch
+    per token, and the decode step is reported beside the bound of reading the weights and
+    the KV prefix: 2 x layers x batch x kv heads x head dim x 2 bytes per position. (The one
+    test of a bfloat16 model's ms_aten.generate, in both modes: GRAPH mode once failed on
+    MindSpore's CPU slice, which has no bfloat16 kernel.)"""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.decode_batch.run", "--quick",
+                           "--dtypes", "bfloat16", "--batches", "2", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=TIME_LIMIT_S)
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    data = json.loads((tmp_path / "decode_batch.json").read_text())
+    cell = data["models"]["llama-tiny"]["cells"]["bfloat16/2"]
+    assert sorted(cell["lengths"]) == [6, 11] and cell["width"] == 11  # mixed, left-padded
+    assert cell["facts"]["kv_bytes_per_position"] == 2 * 2 * 2 * 2 * 16 * 2
+    assert cell["facts"]["weight_bytes"] == 2 * cell["facts"]["parameters"]
+    routes = cell["routes"]
+    assert set(routes) == {"generate", "static-loop", "graph-generate", "pynative-generate"}
+    assert len(set(cell["reference"][1])) > 3  # the token check can tell a wrong mask
+    for route in ("graph-generate", "pynative-generate"):
+        assert routes[route]["launches_per_token"] == 1
+        assert routes[route]["rows_equal_static_loop"] == routes[route]["rows_equal_generate"] == 2
+    assert all(entry["step_ms"] > 0 and entry["tokens_per_s"] > 0 for entry in routes.values())
+    assert data["bandwidth_gb_s"]["start"] > 0
+    assert "| ms_aten.generate, GRAPH (one graph) |" in (tmp_path / "decode_batch.md").read_text()

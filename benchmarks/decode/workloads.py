@@ -85,8 +85,8 @@ def prompt(name: str) -> torch.Tensor:
     return torch.randint(0, w.vocab, (1, w.prompt), generator=torch.Generator().manual_seed(1))
 
 
-def static_cache_wrapper(module: transformers.GPT2LMHeadModel,
-                         max_cache_len: int) -> torch.nn.Module:
+def static_cache_wrapper(module: transformers.PreTrainedModel, max_cache_len: int,
+                         batch_size: int = 1) -> torch.nn.Module:
     """transformers' TorchExportableModuleWithStaticCache over `module`, as ms_aten.causal_lm
     builds it (it insists on a static cache in the generation config, put back after)."""
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
@@ -95,7 +95,7 @@ def static_cache_wrapper(module: transformers.GPT2LMHeadModel,
     saved = config.cache_implementation, config.use_cache
     config.cache_implementation, config.use_cache = "static", True
     try:
-        return TorchExportableModuleWithStaticCache(module, 1, max_cache_len)
+        return TorchExportableModuleWithStaticCache(module, batch_size, max_cache_len)
     finally:
         config.cache_implementation, config.use_cache = saved
 

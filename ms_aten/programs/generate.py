@@ -43,8 +43,9 @@ class DecodeStep(nn.Cell):
 
     def construct(self, input_ids, positions, mask, i, draw, seen, finished, temperature, top_k,
                   top_p, min_p, repetition_penalty, min_new, eos, pad):
-        # As transformers: the choice is made in float32 whatever the model's dtype.
-        logits = self.lm(input_ids, positions, mask)[:, -1].astype(ms.float32)
+        # As transformers: the choice is made in float32 whatever the model's dtype. Cast
+        # before the slice: MindSpore's CPU StridedSlice has no bfloat16 kernel.
+        logits = self.lm(input_ids, positions, mask).astype(ms.float32)[:, -1]
         scores = penalize(logits, seen, i, repetition_penalty, min_new, eos)
         if self.do_sample:
             token = sample(scores, draw, temperature, top_k, top_p, min_p)

@@ -63,6 +63,7 @@ class CausalLM(TorchModule):
             raise ValueError(f"ms_aten.causal_lm: max_cache_len must be at least 3 and "
                              f"batch_size at least 1; got {max_cache_len}, {batch_size}")
         check_model(model, where)
+        check_cache(model, where)
         # The wrapper insists on a static cache in the generation config; the user's config is
         # put back as it was.
         config = model.generation_config
@@ -74,7 +75,6 @@ class CausalLM(TorchModule):
             # (torch.matmul's decomposition guards on whether the prefix is contiguous, and
             # eager attentions, GPT-J's, BLOOM's, failed with "Constraints violated").
             wrapper = TorchExportableModuleWithStaticCache(model, batch_size, max_cache_len + 1)
-            check_cache(model, wrapper.static_cache.layers, where)
             step = StaticCacheLM(wrapper)
         except CaptureError:
             raise

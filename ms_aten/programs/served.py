@@ -4,7 +4,6 @@ with the reason, before any capture."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .errors import CaptureError
@@ -22,13 +21,21 @@ def check_model(model: PreTrainedModel, where: str) -> None:
                            f"static cache to hold (a recurrent state, or none)")
 
 
-def check_cache(model: PreTrainedModel, layers: Sequence[object], where: str) -> None:
-    """CaptureError for a static cache with layers other than plain key/value ones (once
-    transformers' export wrapper has made its sliding-window layers plain): a linear
-    attention's recurrent state (Qwen3-Next), an indexed attention's."""
-    from transformers.cache_utils import StaticLayer
+def check_cache(model: PreTrainedModel, where: str) -> None:
+    """CaptureError for a model whose static cache has layers other than key/value ones (those
+    transformers' export wrapper takes: plain, sliding-window, shared), before the wrapper
+    fails on them: a linear attention's recurrent state (Qwen3-Next), an indexed attention's."""
+    from transformers.cache_utils import (
+        DummyLayer,
+        StaticCache,
+        StaticLayer,
+        StaticSlidingWindowLayer,
+    )
 
-    other = sorted({type(layer).__name__ for layer in layers if type(layer) is not StaticLayer})
+    # Its layers allocate nothing until their first update.
+    layers = StaticCache(config=model.config.get_text_config(), max_cache_len=1).layers
+    taken = (StaticLayer, StaticSlidingWindowLayer, DummyLayer)
+    other = sorted({type(layer).__name__ for layer in layers if type(layer) not in taken})
     if other:
         raise CaptureError(f"{where}: {type(model).__name__} is not served: its cache has "
                            f"{', '.join(other)} layers, which hold more than the keys and "

@@ -181,5 +181,6 @@ def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *
     `max_cache_len` positions for `batch_size` sequences: `logits = cell(input_ids,
     cache_position, attention_mask=None)`; see CausalLM, and ms_aten.generate for the decoding
     loop. `compile`: as ms_aten.module's (True, or {"cache_dir": path}): the step as compiled
-    code."""
+    code. A model whose cache is not keys and values (Mamba, Qwen3-Next's linear attention), or
+    that the capture cannot trace, is refused with a CaptureError naming it and the reason."""
     return CausalLM(model, max_cache_len, batch_size, compile=compile)

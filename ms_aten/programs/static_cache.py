@@ -57,9 +57,9 @@ class StaticCacheLM(torch.nn.Module):
         The wrapper sizes them from the config, which some attentions do not follow (Falcon's
         multi-query attention has one key/value head whatever num_kv_heads says)."""
         wrapper = self.wrapper
+        batch = self.layers[0].batch_size  # set by the wrapper's early initialization
         for layer in self.layers:
             layer.is_initialized = False
-        batch = wrapper.key_cache_0.shape[0]
         with torch.no_grad():
             wrapper.model(input_ids=torch.zeros(batch, 1, dtype=torch.long),  # type: ignore[operator]
                           past_key_values=wrapper.static_cache, use_cache=True)

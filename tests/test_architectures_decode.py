@@ -19,7 +19,7 @@ from common import set_mode
 
 # The cache just holds the longer prompt (7) and the new tokens (the last one is not fed
 # back): the last step attends to every position of it.
-VOCAB, NEW = 128, 8
+VOCAB, NEW = 128, 6
 CACHE = 7 + NEW - 1
 # Large enough weights that greedy decoding does not settle on one token, and a wrong mask or
 # cache shows.

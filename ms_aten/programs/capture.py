@@ -41,7 +41,8 @@ class FunctionModule(torch.nn.Module):
 def export(module: torch.nn.Module, example_inputs: tuple, name: str,
            dynamic_shapes: DynamicShapes = None, replace: Sequence = (),
            kwargs: Mapping[str, Any] | None = None,
-           strict: bool | None = None) -> tuple[ExportedProgram, bool]:
+           strict: bool | None = None, *,
+           differentiable: bool = True) -> tuple[ExportedProgram, bool]:
     """torch.export of `module`, functionalized, with high-level ATen ops kept (an empty
     decomposition table keeps linear, layer_norm, scaled_dot_product_attention: their CPU
     kernels are faster than their decompositions); CaptureError carries torch's reason. Each
@@ -51,8 +52,11 @@ def export(module: torch.nn.Module, example_inputs: tuple, name: str,
 
     strict: torch.export's argument (True traces with TorchDynamo, False with Python); None
     tries non-strict, then strict. Returns the program and the strictness that captured it,
-    which a later capture of the same module (another shape, the other mode) reuses."""
-    exported, strict = _export(module, example_inputs, name, dynamic_shapes, kwargs, strict)
+    which a later capture of the same module (another shape, the other mode) reuses.
+    `differentiable=False`: the program never serves a gradient, so a custom autograd.Function
+    whose forward a strict capture inlines is kept (its backward is never needed)."""
+    exported, strict = _export(module, example_inputs, name, dynamic_shapes, kwargs, strict,
+                               differentiable)
     if replace:
         rewrite.apply(exported, replace, name,
                       lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what)[0])
@@ -62,7 +66,8 @@ def export(module: torch.nn.Module, example_inputs: tuple, name: str,
 def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
             dynamic_shapes: DynamicShapes = None,
             kwargs: Mapping[str, Any] | None = None,
-            strict: bool | None = None) -> tuple[ExportedProgram, bool]:
+            strict: bool | None = None,
+            differentiable: bool = True) -> tuple[ExportedProgram, bool]:
     # A view as example input (tokens[:, :-1]) makes torch.export guard on its base's sizes,
     # which its own run_decompositions cannot evaluate once the sizes are symbolic.
     inputs, keywords = pytree.tree_map_only(
@@ -80,7 +85,7 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
                 with autograd_constructs.capturing(module, name, attempt):
                     exported = torch.export.export(module, inputs, keywords,
                                                    dynamic_shapes=dynamic_shapes, strict=attempt)
-                if attempt:
+                if attempt and differentiable:
                     autograd_constructs.refuse_traced_functions(exported.graph_module, name)
                 autograd_constructs.keep_grad_regions(exported.graph_module)
                 return exported.run_decompositions({}), attempt

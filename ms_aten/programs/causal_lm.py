@@ -12,6 +12,7 @@ from torch.export import Dim
 
 from .cell import call
 from .decode_checks import check_tokens
+from .errors import CaptureError
 from .module import TorchModule
 from .structure import LEAVES, build
 
@@ -54,18 +55,33 @@ class CausalLM(TorchModule):
                  compile: bool | Mapping[str, Any] = False):
         from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
+        from .served import check_cache, check_model
         from .static_cache import StaticCacheLM
 
+        where = f"ms_aten.causal_lm({type(model).__name__})"
         if max_cache_len < 3 or batch_size < 1:
             raise ValueError(f"ms_aten.causal_lm: max_cache_len must be at least 3 and "
                              f"batch_size at least 1; got {max_cache_len}, {batch_size}")
+        check_model(model, where)
+        check_cache(model, where)
         # The wrapper insists on a static cache in the generation config; the user's config is
         # put back as it was.
         config = model.generation_config
         saved = config.cache_implementation, config.use_cache
         config.cache_implementation, config.use_cache = "static", True
         try:
-            wrapper = TorchExportableModuleWithStaticCache(model, batch_size, max_cache_len)
+            # One position more than the Cell serves, never written: the prefix the attention
+            # reads is then never the whole buffer, so the capture need not tell the two apart
+            # (torch.matmul's decomposition guards on whether the prefix is contiguous, and
+            # eager attentions, GPT-J's, BLOOM's, failed with "Constraints violated").
+            wrapper = TorchExportableModuleWithStaticCache(model, batch_size, max_cache_len + 1)
+            step = StaticCacheLM(wrapper)
+        except CaptureError:
+            raise
+        except Exception as error:  # noqa: BLE001  (transformers raises many kinds)
+            raise CaptureError(f"{where}: {type(model).__name__} is not served: transformers' "
+                               f"static cache does not take it ({type(error).__name__}: "
+                               f"{error})") from error
         finally:
             config.cache_implementation, config.use_cache = saved
         self.max_cache_len = max_cache_len
@@ -79,7 +95,6 @@ class CausalLM(TorchModule):
         seq = Dim("seq", min=1, max=max_cache_len)
         # The wrappers in the model's mode (a new Module is in train mode); the model's
         # submodules keep their own.
-        step = StaticCacheLM(wrapper)
         inner = set(model.modules())
         for m in step.modules():
             if m not in inner:
@@ -88,12 +103,17 @@ class CausalLM(TorchModule):
         # dim to 1, and a mask as long as the tokens would make the two dims one symbol.
         # Strict capture: non-strict export sees the cache's tensors (held by StaticCache, not
         # a Module) as constants, and its run_decompositions fails on their writes.
-        super().__init__(step, (torch.zeros(batch_size, 2, dtype=torch.long),
-                                torch.arange(1, 3), torch.ones(batch_size, 3, dtype=torch.long)),
-                         dynamic_shapes=({1: seq}, {0: seq},
-                                         {1: Dim("attended", min=1, max=max_cache_len)}),
-                         strict=True, compile=compile)
-        self._where = f"ms_aten.causal_lm({type(model).__name__})"
+        example = (torch.zeros(batch_size, 2, dtype=torch.long), torch.arange(1, 3),
+                   torch.ones(batch_size, 3, dtype=torch.long))
+        try:
+            super().__init__(step, example,
+                             dynamic_shapes=({1: seq}, {0: seq},
+                                             {1: Dim("attended", min=1, max=max_cache_len)}),
+                             strict=True, compile=compile)
+        except CaptureError as error:  # torch's reason, after the architecture's name
+            raise CaptureError(f"{where}: {type(model).__name__} is not served: "
+                               f"{error}") from error
+        self._where = where
 
     def check(self, input_ids: Tensor, cache_position: Tensor,
               attention_mask: Tensor | None = None) -> None:
@@ -161,5 +181,6 @@ def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *
     `max_cache_len` positions for `batch_size` sequences: `logits = cell(input_ids,
     cache_position, attention_mask=None)`; see CausalLM, and ms_aten.generate for the decoding
     loop. `compile`: as ms_aten.module's (True, or {"cache_dir": path}): the step as compiled
-    code."""
+    code. A model whose cache is not keys and values (Mamba, Qwen3-Next's linear attention), or
+    that the capture cannot trace, is refused with a CaptureError naming it and the reason."""
     return CausalLM(model, max_cache_len, batch_size, compile=compile)

@@ -129,9 +129,12 @@ class TorchModule(ProgramCell):
             module.forward = _autocast(module.forward, autocast)
         try:
             # The strictness that captured the first time captures every later time.
+            # A Cell that keeps no autograd graph (CausalLM) serves no gradient: a custom
+            # autograd.Function's forward is all it needs (BLOOM's GELU).
             exported, self._strict = export(module, example[0], self._name,
                                             inputs.torch_dynamic_shapes("forward"),
-                                            self._replace, example[1], self._strict)
+                                            self._replace, example[1], self._strict,
+                                            differentiable=self._record)
         finally:
             for m, mode in before.items():
                 m.training = mode

@@ -49,6 +49,25 @@ class StaticCacheLM(torch.nn.Module):
         cache_layers: list[StaticLayer] = wrapper.static_cache.layers  # type: ignore[union-attr,assignment]
         self.layers = [PrefixLayer(layer) for layer in cache_layers]
         cache_layers[:] = self.layers
+        self._size_from_model()
+
+    def _size_from_model(self) -> None:
+        """Sizes each layer's keys and values from the model's own: one token through the
+        model, the layers allocating on their first update as in model.generate's static cache.
+        The wrapper sizes them from the config, which some attentions do not follow (Falcon's
+        multi-query attention has one key/value head whatever num_kv_heads says)."""
+        wrapper = self.wrapper
+        batch = self.layers[0].batch_size  # set by the wrapper's early initialization
+        for layer in self.layers:
+            layer.is_initialized = False
+        with torch.no_grad():
+            wrapper.model(input_ids=torch.zeros(batch, 1, dtype=torch.long),  # type: ignore[operator]
+                          past_key_values=wrapper.static_cache, use_cache=True)
+        for i, layer in enumerate(self.layers):
+            layer.cumulative_length.zero_()
+            # The capture finds the cache through the wrapper's buffers.
+            wrapper.register_buffer(f"key_cache_{i}", layer.keys, persistent=False)
+            wrapper.register_buffer(f"value_cache_{i}", layer.values, persistent=False)
 
     def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor,
                 attention_mask: torch.Tensor) -> torch.Tensor:

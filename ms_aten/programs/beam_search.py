@@ -48,7 +48,8 @@ class BeamStep(nn.Cell):
                         Tensor(shape=[lm.batch_size, None], dtype=ms.int64))
 
     def construct(self, input_ids, positions, mask):
-        return self.lm(input_ids, positions, mask)[:, -1].astype(ms.float32)
+        # Cast before the slice: MindSpore's CPU StridedSlice has no bfloat16 kernel.
+        return self.lm(input_ids, positions, mask).astype(ms.float32)[:, -1]
 
 
 class ReorderCache(nn.Cell):

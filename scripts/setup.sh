@@ -10,9 +10,11 @@ PY="$VENV/bin/python"
 
 # The pins: torch==2.13.0 is the CPU wheel on disk (any other version pulls a CUDA build);
 # numpy<2 because MindSpore 2.10's PyNative arithmetic fails with numpy 2.
+# pytest-xdist: scripts/test.sh runs the test files in parallel processes.
 # ruff, mypy, import-linter, clang-format, mkdocs (+ mkdocstrings for the API page):
 # scripts/lint.sh (pinned: a new release must not fail CI on old code).
-REQUIREMENTS=(mindspore==2.10.0 torch==2.13.0 "numpy<2" pytest expecttest ninja matplotlib
+REQUIREMENTS=(mindspore==2.10.0 torch==2.13.0 "numpy<2" pytest pytest-xdist==3.8.0 expecttest
+  ninja matplotlib
   ruff==0.17.6 mypy==2.4.1 import-linter==2.16 clang-format==23.1.5 mkdocs==1.6.1
   mkdocstrings==1.0.8 mkdocstrings-python==2.0.11)
 # Test-only: Hugging Face models for the model tests. transformers goes in without its

@@ -39,7 +39,7 @@ class DecodeStep(nn.Cell):
     (batch, vocab) scores and `seen` alone: their passes cost 40-70 ms a step at batch 16 for
     GPT-2 small's vocabulary, a third of the model's step)."""
 
-    def __init__(self, lm: CausalLM, do_sample: bool, penalize: bool = True):
+    def __init__(self, lm: CausalLM, do_sample: bool, penalize: bool):
         super().__init__()
         self.lm = lm
         self.do_sample = do_sample

@@ -28,6 +28,7 @@ from transformers.generation.stopping_criteria import (
 from transformers.generation.utils import GenerationMixin
 
 from .causal_lm import CausalLM
+from .logits_process import last_logits
 from .static_cache import StaticCacheLM
 
 # The attribute of a CausalLM that holds its BeamStep and ReorderCache (GRAPH mode compiles
@@ -48,8 +49,7 @@ class BeamStep(nn.Cell):
                         Tensor(shape=[lm.batch_size, None], dtype=ms.int64))
 
     def construct(self, input_ids, positions, mask):
-        # Cast before the slice: MindSpore's CPU StridedSlice has no bfloat16 kernel.
-        return self.lm(input_ids, positions, mask).astype(ms.float32)[:, -1]
+        return last_logits(self.lm(input_ids, positions, mask))
 
 
 class ReorderCache(nn.Cell):

@@ -15,7 +15,7 @@ from mindspore import Tensor, nn, ops
 from . import logits_process
 from .causal_lm import CausalLM
 from .decode_checks import check_sampling, check_tokens
-from .logits_process import mark, penalize, sample
+from .logits_process import last_logits, mark, penalize, sample
 
 # The attribute of a CausalLM that holds its decode loops (_loop).
 _LOOPS = "_ms_aten_decode_loops"
@@ -47,9 +47,7 @@ class DecodeStep(nn.Cell):
 
     def construct(self, input_ids, positions, mask, i, draw, seen, finished, temperature, top_k,
                   top_p, min_p, repetition_penalty, min_new, eos, pad):
-        # As transformers: the choice is made in float32 whatever the model's dtype. Cast
-        # before the slice: MindSpore's CPU StridedSlice has no bfloat16 kernel.
-        logits = self.lm(input_ids, positions, mask).astype(ms.float32)[:, -1]
+        logits = last_logits(self.lm(input_ids, positions, mask))
         scores = logits
         if self.penalize:
             scores = penalize(logits, seen, i, repetition_penalty, min_new, eos)

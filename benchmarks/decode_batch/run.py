@@ -28,12 +28,14 @@ Method:
   bfloat16 the rounding of a sum depends on its order, which a dynamic cache and a static
   one need not share: the tokens are compared and the report gives, per route, the rows equal
   to model.generate's and to torch's static-cache loop's (which runs the kernels ms_aten
-  runs), not asserted. Within a process every generation must repeat the first's tokens.
+  runs), not asserted. Within a process every generation must repeat the first timed one's
+  tokens.
 - One route per process, in --processes fresh processes per route (default 3), torch's and
   ms_aten's alternating, every other round backwards; torch's worker never imports MindSpore.
-  Per process: the capture (ms_aten) or the static cache (torch), one cold generation of 128
-  tokens and one of 1 (GRAPH compiles in the first), then --runs rounds (default 3) of the
-  two, timed; their medians; the route's figure is the median over its processes.
+  Per process: the capture (ms_aten) or the static cache (torch), a warm-up generation of
+  2 tokens (the prompt and one decode step; GRAPH compiles its loop in it), then --runs
+  rounds (default 3) of a 128-token generation and a one-token one, timed; their medians; the
+  route's figure is the median over its processes.
 - Per route: tokens/s (batch x 128 / the total), the total, the prefill (the one-token
   generation: the prompt's call and the first token's choice), and the decode step: (total -
   prefill) / 127, the mean over positions, measured the same way for every route (the

@@ -8,7 +8,7 @@ Per cell, the model (built as the torch worker builds it, in its dtype) is
 `ms_aten.causal_lm(model, max_cache_len, batch_size)`, captured once and shared by the
 process's routes; the cache holds the longest prompt and the new tokens. Routes:
 - graph-generate: `ms_aten.generate(lm, input_ids, attention_mask=..., max_new_tokens)` in
-  GRAPH mode, the whole loop one compiled graph (compiled in the cold generation; the
+  GRAPH mode, the whole loop one compiled graph (compiled in the warm-up generation; the
   one-token generation that times the prefill runs the same graph);
 - pynative-generate: the same call in PYNATIVE mode, the loop run step by step.
 Every float32 generation's tokens must equal --expect (torch's model.generate, from a torch

@@ -149,7 +149,7 @@ def add_task_arguments(parser: argparse.ArgumentParser, routes: dict[str, str],
     parser.add_argument("--route", choices=list(routes), action="append", default=[],
                         help="a route to time (one per process for a measurement)")
     parser.add_argument("--runs", type=int, default=3,
-                        help="timed generations after the cold one")
+                        help="timed rounds (a generation and a one-token one) after the warm-up")
     parser.add_argument("--quick", action="store_true", help="the quick run's prompts")
     parser.add_argument("--new-tokens", type=int, help="default: the workload's 128 (quick 12)")
     parser.add_argument("--expect", type=Path,
@@ -162,6 +162,8 @@ def task_of(args: argparse.Namespace) -> Task:
         shape = Shape(shape.single, shape.lengths, args.new_tokens)
     if shape.new_tokens < 2:
         raise SystemExit("--new-tokens must be at least 2 (the decode step is timed)")
+    if args.runs < 1:
+        raise SystemExit("--runs must be at least 1")
     expect = json.loads(args.expect.read_text()) if args.expect else {}
     return Task(args.model, args.dtypes, args.batches, args.route, args.runs, shape, expect)
 
@@ -179,36 +181,42 @@ def check(tokens: np.ndarray, expect: list[list[int]] | None, what: str) -> None
 
 def time_route(generate: Generate, setup_s: float, task: Task, expect: list[list[int]] | None,
                what: str, launches: Callable[[], int] = lambda: 0) -> dict:
-    """The route's cold generations (task.shape.new_tokens tokens, then 1), their tokens
-    checked against `expect` (float32) and kept; then task.runs rounds of the two, timed, each
-    generation's tokens equal to the cold one's. The decode step: (the median total - the
-    median of the one-token generation, the prefill) / (new_tokens - 1), the same for every
-    route, the one-graph ms_aten.generate included. The resident memory before the timed
-    generations and their peak (VmHWM, reset to the resident size before them), and ms_aten's
-    kernel launches per token made."""
+    """The route's warm-up, a two-token generation (the prompt and one decode step: GRAPH
+    compiles its loop, both sides run each kernel once), then task.runs rounds of a
+    task.shape.new_tokens generation and a one-token one, timed: their tokens checked against
+    `expect` (float32) and against the first round's (within a process, every generation must
+    repeat them). The decode step: (the median total - the median of the one-token generation,
+    the prefill) / (new_tokens - 1), the same for every route, the one-graph ms_aten.generate
+    included. The resident memory before the timed generations and their peak (VmHWM, reset to
+    the resident size before them), and ms_aten's kernel launches per token made."""
     new = task.shape.new_tokens
     start = time.perf_counter()
-    tokens = generate(new)
-    cold_s = time.perf_counter() - start
-    check(tokens, expect, what)
-    check(generate(1), [row[:1] for row in tokens.tolist()], f"{what}, one token")
+    warm = generate(2)
+    warmup_s = time.perf_counter() - start
+    check(warm, None if expect is None else [row[:2] for row in expect], f"{what}, warm-up")
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")
     rss_before = status_mib("VmRSS")
     counted = launches()
     totals: list[float] = []
     prefills: list[float] = []
+    tokens: list[list[int]] | None = expect
     for _ in range(task.runs):
-        for n, times in ((new, totals), (1, prefills)):
-            start = time.perf_counter()
-            made = generate(n)
-            times.append(time.perf_counter() - start)
-            check(made, [row[:n] for row in tokens.tolist()], f"{what}, a timed generation")
+        start = time.perf_counter()
+        made = generate(new)
+        totals.append(time.perf_counter() - start)
+        check(made, tokens, f"{what}, a timed generation")
+        tokens = made.tolist()
+        start = time.perf_counter()
+        first = generate(1)
+        prefills.append(time.perf_counter() - start)
+        check(first, [row[:1] for row in tokens], f"{what}, a one-token generation")
+    assert tokens is not None  # task.runs >= 1
     counted = launches() - counted
     total, prefill = statistics.median(totals), statistics.median(prefills)
-    return {"tokens": tokens.tolist(), "total_s": total, "prefill_s": prefill,
+    return {"tokens": tokens, "total_s": total, "prefill_s": prefill,
             "step_ms": (total - prefill) / (new - 1) * 1e3,
             "tokens_per_s": len(tokens) * new / total, "totals_s": totals,
-            "prefills_s": prefills, "setup_s": setup_s, "cold_s": cold_s,
+            "prefills_s": prefills, "setup_s": setup_s, "warmup_s": warmup_s,
             "launches_per_token": counted / (task.runs * (new + 1)),
             "rss_before_mib": rss_before, "peak_mib": status_mib("VmHWM")}

@@ -11,7 +11,7 @@ from mindspore import ops
 from mindspore.common import dtype as mstype
 from mindspore.ops import signature as sig
 
-from ..native import dtypes, library, pyboost, threads
+from ..native import dtypes, library, memory, pyboost, threads
 from ..ops.binding import SPEC_ATTR
 from ..ops.grad import with_arity
 from ..ops.infer import ShapeInferenceError, flatten_infer_args
@@ -32,9 +32,11 @@ _SHAPES_KEPT = 64  # input-shape signatures whose output shapes an AtenFunction 
 def _register(family: str, program: Program) -> None:
     """Hands a capture to the library. The capture's torch work, like the model's construction
     before it, left this thread an OpenMP team, idle from now on: its workers are given back,
-    so that the launch thread's is the process's one team (csrc/launch_thread.h)."""
+    so that the launch thread's is the process's one team (csrc/launch_thread.h); and the
+    memory its temporaries freed goes back to the system (memory.release_free_heap)."""
     register(family, program)
     threads.release_idle_team()
+    memory.release_free_heap()
 
 
 def _forget(family: str) -> None:

@@ -215,17 +215,18 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
             stop=stop, output_logits=output_logits)
         return GenerateOutput(Tensor(found), logits) if output_logits else Tensor(found)
     batch, length = ids.shape
+    min_new = logits_process.held_back(length, min_length, min_new_tokens or 0, eos)
     controls = logits_process.controls(
-        lm.vocab_size, length, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-        repetition_penalty=repetition_penalty, min_length=min_length,
-        min_new_tokens=min_new_tokens or 0, eos_token_id=eos, pad_token_id=pad)
+        lm.vocab_size, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        repetition_penalty=repetition_penalty, min_new=min_new, eos_token_id=eos,
+        pad_token_id=pad)
     seen = logits_process.seen_tokens(ids, mask, lm.vocab_size)
     draws = np.zeros((lm.max_cache_len, batch), np.float32)
     if do_sample:
         draws[:max_new_tokens] = np.random.default_rng(seed).random((max_new_tokens, batch))
     stepwise = streamer is not None or stop is not None
-    penalizes = repetition_penalty != 1.0 or int(controls.min_new.asnumpy()) > 0
-    loop = _loop(lm, do_sample, output_logits, stepwise, penalizes)
+    loop = _loop(lm, do_sample, output_logits, stepwise,
+                 penalize=repetition_penalty != 1.0 or min_new > 0)
     if not stepwise:
         tokens, count, logged = loop(Tensor(ids), Tensor(np.arange(length, dtype=np.int64)),
                                      Tensor(mask), Tensor(max_new_tokens, ms.int64),

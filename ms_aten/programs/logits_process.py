@@ -26,15 +26,20 @@ class Controls(NamedTuple):
     pad: Tensor  # int64: a finished row's later tokens (-1: none can finish)
 
 
-def controls(vocab_size: int, prompt_length: int, *, temperature: float, top_k: int | None,
-             top_p: float, min_p: float | None, repetition_penalty: float, min_length: int,
-             min_new_tokens: int, eos_token_id: list[int], pad_token_id: int) -> Controls:
+def held_back(prompt_length: int, min_length: int, min_new_tokens: int,
+              eos_token_id: list[int]) -> int:
+    """How many new tokens come before an end token may, from model.generate's min_length
+    (which counts the prompt) and min_new_tokens; as transformers, none without an end token."""
+    return max(min_new_tokens, min_length - prompt_length) if eos_token_id else 0
+
+
+def controls(vocab_size: int, *, temperature: float, top_k: int | None, top_p: float,
+             min_p: float | None, repetition_penalty: float, min_new: int,
+             eos_token_id: list[int], pad_token_id: int) -> Controls:
     """The controls, from generate's arguments (checked by the caller) with model.generate's
-    meanings: top_k None or 0 and min_p None switch them off; min_length counts the prompt."""
+    meanings: top_k None or 0 and min_p None switch them off; `min_new` from held_back."""
     eos = np.zeros(vocab_size, np.bool_)
     eos[eos_token_id] = True
-    # As transformers: an end token is held back only when there is one.
-    min_new = max(min_new_tokens, min_length - prompt_length) if eos_token_id else 0
     return Controls(Tensor(temperature, ms.float32),
                     Tensor(top_k or np.iinfo(np.int64).max, ms.int64),
                     Tensor(top_p, ms.float32), Tensor(min_p or 0.0, ms.float32),

@@ -128,12 +128,12 @@ def test_quick_compiled_benchmark_runs_both_compilers_and_reports_compile_times(
 def test_quick_batched_decode_benchmark_runs_every_route_beside_the_bound(
         tmp_path: Path) -> None:
     """A left-padded bfloat16 batch of two prompts of the tiny Llama on every route (torch's
-    model.generate and static-cache loop, ms_aten.generate in both modes): ms_aten's tokens
-    equal the static-cache loop's (the same kernels) and model.generate's, one kernel launch
-    per token, and the decode step is reported beside the bound of reading the weights and
-    the KV prefix: 2 x layers x batch x kv heads x head dim x 2 bytes per position. (The one
-    test of a bfloat16 model's ms_aten.generate, in both modes: GRAPH mode once failed on
-    MindSpore's CPU slice, which has no bfloat16 kernel.)"""
+    model.generate and static-cache loop, ms_aten.generate in both modes, with either linear
+    kernel): ms_aten's tokens equal the static-cache loop's (the same kernels) and
+    model.generate's, one kernel launch per token, and the decode step is reported beside the
+    bound of reading the weights and the KV prefix: 2 x layers x batch x kv heads x head dim x
+    2 bytes per position. (The one test of a bfloat16 model's ms_aten.generate, in both modes:
+    GRAPH mode once failed on MindSpore's CPU slice, which has no bfloat16 kernel.)"""
     done = subprocess.run([sys.executable, "-m", "benchmarks.decode_batch.run", "--quick",
                            "--dtypes", "bfloat16", "--batches", "2", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=TIME_LIMIT_S)
@@ -144,9 +144,10 @@ def test_quick_batched_decode_benchmark_runs_every_route_beside_the_bound(
     assert cell["facts"]["kv_bytes_per_position"] == 2 * 2 * 2 * 2 * 16 * 2
     assert cell["facts"]["weight_bytes"] == 2 * cell["facts"]["parameters"]
     routes = cell["routes"]
-    assert set(routes) == {"generate", "static-loop", "graph-generate", "pynative-generate"}
+    ms_aten_routes = ("graph-generate", "pynative-generate", "graph-onednn", "pynative-onednn")
+    assert set(routes) == {"generate", "static-loop", *ms_aten_routes}
     assert len(set(cell["reference"][1])) > 3  # the token check can tell a wrong mask
-    for route in ("graph-generate", "pynative-generate"):
+    for route in ms_aten_routes:
         assert routes[route]["launches_per_token"] == 1
         assert routes[route]["rows_equal_static_loop"] == routes[route]["rows_equal_generate"] == 2
     assert all(entry["step_ms"] > 0 and entry["tokens_per_s"] > 0 for entry in routes.values())

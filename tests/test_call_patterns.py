@@ -57,6 +57,24 @@ def test_numbers_as_constants_for_tensor_arguments(mode, name, constants, args, 
     assert_same(run(op, to_ms(args), mode), reference(*args))
 
 
+@pytest.mark.parametrize("attr, scalars, activation", [
+    ("leaky_relu", [0.2], lambda y: F.leaky_relu(y, 0.2)),
+    ("hardtanh", [-0.5, 1], lambda y: F.hardtanh(y, -0.5, 1.0)),  # an int among the numbers
+    ("none", [], lambda y: y),
+])
+def test_a_list_of_optional_numbers_as_a_constant(mode, attr, scalars, activation):
+    # Scalar?[]: oneDNN's linear takes its fused activation's parameters as one.
+    x, weight, bias = randn(2, 3, 8), randn(5, 8), randn(5)
+    op = ms_aten.op("mkldnn::_linear_pointwise", attr=attr, scalars=scalars, algorithm="")
+    assert_same(run(op, to_ms((x, weight, bias)), mode),
+                activation(F.linear(x, weight, bias)), rtol=1e-5, atol=1e-5)
+
+
+def test_a_list_of_optional_numbers_refuses_other_items_by_name():
+    with pytest.raises(TypeError, match=r"argument 'scalars' .* got \['a'\]"):
+        ms_aten.op("mkldnn::_linear_pointwise", attr="leaky_relu", scalars=["a"], algorithm="")
+
+
 def test_a_float64_number_keeps_double_precision_as_a_constant_and_in_pynative():
     # GRAPH mode hands a call-time Python float to kernels as float32 (a MindSpore fact); as a
     # constant, or in PYNATIVE mode, it is the double torch uses.

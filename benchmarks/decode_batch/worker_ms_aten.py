@@ -5,12 +5,13 @@ starts it; it prints one RESULT line of JSON.
         --dtypes float32 --batches 4 --route graph-generate --expect tokens.json
 
 Per cell, the model (built as the torch worker builds it, in its dtype) is
-`ms_aten.causal_lm(model, max_cache_len, batch_size)`, captured once and shared by the
-process's routes; the cache holds the longest prompt and the new tokens. Routes:
+`ms_aten.causal_lm(model, max_cache_len, batch_size)`, captured once per linear kernel and
+shared by the process's routes; the cache holds the longest prompt and the new tokens. Routes:
 - graph-generate: `ms_aten.generate(lm, input_ids, attention_mask=..., max_new_tokens)` in
   GRAPH mode, the whole loop one compiled graph (compiled in the warm-up generation; the
   one-token generation that times the prefill runs the same graph);
-- pynative-generate: the same call in PYNATIVE mode, the loop run step by step.
+- pynative-generate: the same call in PYNATIVE mode, the loop run step by step;
+- graph-onednn, pynative-onednn: the two over `causal_lm(..., linear_kernel="onednn")`.
 Every float32 generation's tokens must equal --expect (torch's model.generate, from a torch
 worker: torch eager here would start a second OpenMP team beside ms_aten's); bfloat16's are
 returned for run.py to compare. ms_aten's kernel launches are counted over the timed ones.
@@ -52,13 +53,17 @@ def generator(lm: ms_aten.CausalLM, ids: np.ndarray, mask: np.ndarray) -> Genera
 def run_cell(task: Task, dtype: str, batch: int) -> dict:
     model = build(task.model, dtype)
     ids, mask = prompts(task.shape, batch, model.config.get_text_config().vocab_size)
-    start = time.perf_counter()
-    lm = ms_aten.causal_lm(model, max_cache_len=ids.shape[1] + task.shape.new_tokens,
-                           batch_size=batch)
-    setup_s = time.perf_counter() - start
+    captured: dict[str, tuple[ms_aten.CausalLM, float]] = {}  # per linear kernel
     expect = task.expect.get(cell_key(dtype, batch)) if dtype == "float32" else None
     routes = {}
     for route in task.routes:
+        kernel = "onednn" if route.endswith("-onednn") else "aten"
+        if kernel not in captured:
+            start = time.perf_counter()
+            lm = ms_aten.causal_lm(model, max_cache_len=ids.shape[1] + task.shape.new_tokens,
+                                   batch_size=batch, linear_kernel=kernel)
+            captured[kernel] = lm, time.perf_counter() - start
+        lm, setup_s = captured[kernel]
         ms.set_context(mode=ms.PYNATIVE_MODE if route.startswith("pynative") else ms.GRAPH_MODE)
         routes[route] = time_route(generator(lm, ids, mask), setup_s, task, expect,
                                    f"{task.model} {dtype} {route}", ms_aten.launch_count)

@@ -117,7 +117,9 @@ def build(name: str, dtype: str) -> transformers.PreTrainedModel:
 TORCH_ROUTES = {"generate": "torch model.generate",
                 "static-loop": "torch static-cache loop"}
 MS_ATEN_ROUTES = {"graph-generate": "ms_aten.generate, GRAPH (one graph)",
-                  "pynative-generate": "ms_aten.generate, PYNATIVE (the loop)"}
+                  "pynative-generate": "ms_aten.generate, PYNATIVE (the loop)",
+                  "graph-onednn": "the same, GRAPH, linear_kernel='onednn'",
+                  "pynative-onednn": "the same, PYNATIVE, linear_kernel='onednn'"}
 
 
 def cell_key(dtype: str, batch: int) -> str:

@@ -119,6 +119,13 @@ c10::IValue constant(const std::string& token) {
       for (const auto& part : split(body, ',')) values.push_back(part == "1");
       return c10::IValue(values);
     }
+    case 'S': {
+      c10::impl::GenericList values(c10::OptionalType::create(c10::NumberType::get()));
+      for (const auto& part : split(body, '/')) {
+        values.push_back(part == "N" ? c10::IValue() : c10::IValue(constant(part).toScalar()));
+      }
+      return c10::IValue(values);
+    }
     default: throw std::invalid_argument("unknown argument token '" + token + "'");
   }
 }

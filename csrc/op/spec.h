@@ -26,7 +26,7 @@
 //   b0 b1       bool            i<int>    int            f<double>  float
 //   s<%-escaped> string          I<a,b,..> int list       F<a,b,..>  float list
 //   B<0,1,..>   bool list       y<dtype>  ScalarType     d<%-esc.>  Device
-//   c<re>,<im>  complex
+//   c<re>,<im>  complex         S<x/y/..> Scalar?[]: number tokens and N, '/'-separated
 //   W<b|i|f|c..> a constant number in a Tensor slot, wrapped as w<j> is
 // In a program's nodes (program/program.h) two more name scalars of its value table, sizes that
 // torch.export keeps symbolic (SymInt, SymFloat, SymBool) or a number read from a tensor:

@@ -59,6 +59,12 @@ def _int_list(arg, value) -> list[int]:
     raise ConstantError(f"expects a list of ints, got {value!r}")
 
 
+def _scalar(value: numbers.Complex) -> bool | int | float | complex:
+    """A Scalar as Python's own number type."""
+    return value if isinstance(value, bool) else (
+        int(value) if _is_int(value) else float(value) if _is_real(value) else complex(value))
+
+
 def check_constant(arg, value):
     """The value normalized for its argument (dtypes and devices to torch's); ConstantError."""
     base, optional = _base_type(arg)
@@ -83,9 +89,7 @@ def check_constant(arg, value):
         if base == "str" and isinstance(value, str):
             return value
         if base == "number" and isinstance(value, numbers.Complex):  # Scalar
-            return value if isinstance(value, bool) else (
-                int(value) if _is_int(value) else float(value) if _is_real(value)
-                else complex(value))
+            return _scalar(value)
         if base in ("List[int]", "List[SymInt]"):
             return _int_list(arg, value)
         if base == "List[float]" and isinstance(value, (list, tuple)) and all(map(_is_real, value)):
@@ -93,6 +97,9 @@ def check_constant(arg, value):
         if base == "List[bool]" and isinstance(value, (list, tuple)) and all(
                 isinstance(v, bool) for v in value):
             return list(value)
+        if base == "List[Optional[number]]" and isinstance(value, (list, tuple)) and all(
+                v is None or isinstance(v, numbers.Complex) for v in value):  # Scalar?[]
+            return [None if v is None else _scalar(v) for v in value]
         if base == "ScalarType":
             return dtypes.to_torch(value)
         if base == "Device" and isinstance(value, (str, torch.device)):
@@ -124,6 +131,8 @@ def encode(arg, value) -> str:
         return "F" + ",".join(map(repr, value))
     if base == "List[bool]":
         return "B" + ",".join(str(int(v)) for v in value)
+    if base == "List[Optional[number]]":
+        return "S" + "/".join("N" if v is None else encode_number(v) for v in value)
     if base == "ScalarType":
         return "y" + dtypes.spec_name(value)
     if base == "Device":

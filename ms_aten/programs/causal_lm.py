@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 from mindspore import Tensor, nn
-from torch.export import Dim
+from torch.export import Dim, ExportedProgram
 
+from . import onednn_linear
 from .cell import call
 from .decode_checks import check_tokens
 from .errors import CaptureError
@@ -43,6 +44,10 @@ class CausalLM(TorchModule):
 
     `compile=True`: the step runs as code AOTInductor compiled (compiled.py), one library for
     every sequence length, which writes the cache's new rows in place itself.
+
+    `linear_kernel="onednn"`: the float32 linears of a million weights or more run on oneDNN's
+    inner product (onednn_linear.py: faster at small batches, logits equal ATen's to rounding);
+    `onednn_linears` counts them in the latest capture.
     """
 
     # Decoding is never differentiated: the forward keeps no autograd graph (a GRAPH kernel's
@@ -52,7 +57,7 @@ class CausalLM(TorchModule):
     _record = False
 
     def __init__(self, model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *,
-                 compile: bool | Mapping[str, Any] = False):
+                 compile: bool | Mapping[str, Any] = False, linear_kernel: str = "aten"):
         from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
         from .served import check_cache, check_model
@@ -62,6 +67,15 @@ class CausalLM(TorchModule):
         if max_cache_len < 3 or batch_size < 1:
             raise ValueError(f"ms_aten.causal_lm: max_cache_len must be at least 3 and "
                              f"batch_size at least 1; got {max_cache_len}, {batch_size}")
+        if linear_kernel not in onednn_linear.KERNELS:
+            raise ValueError(f"ms_aten.causal_lm: linear_kernel must be one of "
+                             f"{onednn_linear.KERNELS}, got {linear_kernel!r}")
+        if linear_kernel == "onednn" and not onednn_linear.available():
+            raise ValueError("ms_aten.causal_lm: linear_kernel='onednn' needs torch built with "
+                             "oneDNN (torch.backends.mkldnn.is_available() is False)")
+        # Read by _rewrite during the capture that TorchModule.__init__ makes.
+        self._linear_kernel = linear_kernel
+        self.onednn_linears = 0
         check_model(model, where)
         check_cache(model, where)
         # The wrapper insists on a static cache in the generation config; the user's config is
@@ -114,6 +128,10 @@ class CausalLM(TorchModule):
             raise CaptureError(f"{where}: {type(model).__name__} is not served: "
                                f"{error}") from error
         self._where = where
+
+    def _rewrite(self, exported: ExportedProgram) -> None:
+        if self._linear_kernel == "onednn":
+            self.onednn_linears = onednn_linear.rewrite(exported.graph_module)
 
     def check(self, input_ids: Tensor, cache_position: Tensor,
               attention_mask: Tensor | None = None) -> None:
@@ -175,12 +193,17 @@ def _host(value: Tensor | np.ndarray) -> np.ndarray:
 
 
 def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *,
-              compile: bool | Mapping[str, Any] = False) -> CausalLM:
+              compile: bool | Mapping[str, Any] = False,
+              linear_kernel: str = "aten") -> CausalLM:
     """A HuggingFace causal LM (GPT-2, Llama, ...: one transformers'
     TorchExportableModuleWithStaticCache takes) as a Cell over a static KV cache of
     `max_cache_len` positions for `batch_size` sequences: `logits = cell(input_ids,
     cache_position, attention_mask=None)`; see CausalLM, and ms_aten.generate for the decoding
     loop. `compile`: as ms_aten.module's (True, or {"cache_dir": path}): the step as compiled
-    code. A model whose cache is not keys and values (Mamba, Qwen3-Next's linear attention), or
-    that the capture cannot trace, is refused with a CaptureError naming it and the reason."""
-    return CausalLM(model, max_cache_len, batch_size, compile=compile)
+    code. `linear_kernel`: "aten" (torch's own, the default) or "onednn" (the large float32
+    linears on oneDNN's inner product: faster decoding at small batches, logits equal to
+    rounding, so a greedy token may differ from model.generate's at a near tie). A model whose
+    cache is not keys and values (Mamba, Qwen3-Next's linear attention), or that the capture
+    cannot trace, is refused with a CaptureError naming it and the reason."""
+    return CausalLM(model, max_cache_len, batch_size, compile=compile,
+                    linear_kernel=linear_kernel)

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 from mindspore import Parameter, ParameterTuple
+from torch.export import ExportedProgram
 
 from ..native.convert import to_ms, to_torch
 from .capture import DynamicShapes, example_like, export
@@ -142,6 +143,7 @@ class TorchModule(ProgramCell):
                 module.__dict__.pop("forward", None)
             else:
                 module.forward = forward
+        self._rewrite(exported)
         compiled = None
         if self._compile is not None:
             training = training if self._compile.training is None else self._compile.training
@@ -152,6 +154,9 @@ class TorchModule(ProgramCell):
                         self._aliases, dim_names=inputs.dim_names, input_names=inputs.names,
                         compiled=compiled)
         return program, output_nodes(exported.call_spec.out_spec)
+
+    def _rewrite(self, exported: ExportedProgram) -> None:
+        """A subclass's changes to each capture's graph before it is compiled or built."""
 
     def _select(self, training: bool) -> None:
         key = self._modes(training), self._autocast

@@ -1,0 +1,47 @@
+"""`linear_kernel="onednn"` of ms_aten.causal_lm: a decoding program's large float32 linears on
+oneDNN's inner product (the dispatcher op mkldnn::_linear_pointwise) instead of ATen's linear.
+
+ATen's float32 linear calls MKL's GEMM. On the AMD CPUs measured (docs/performance.md), a
+one-row product (a decode step at batch 1) runs on one thread there and reads the weight at
+about 14 GB/s, where two threads read 26; oneDNN's inner product splits it over the OpenMP team
+(31 GB/s), and is faster at 4 and 16 rows as well. Its sums run in another order, so logits
+differ from ATen's by rounding (about 1e-6 relative), and a greedy token can differ from
+`model.generate`'s where two logits tie that closely: hence a choice, not the default.
+
+Only where the forward is never differentiated (torch registers no autograd kernel for the op,
+and a backward through it would be silently wrong), so only CausalLM, which refuses gradients.
+"""
+from __future__ import annotations
+
+import torch
+
+KERNELS = ("aten", "onednn")
+# Below about a million weights oneDNN's fixed cost per call (about 35 us) outweighs what it
+# saves at one row (a 768 x 768 weight: equal; 512 x 512: 0.046 against 0.058 ms).
+MIN_WEIGHTS = 1 << 20
+
+
+def available() -> bool:
+    return torch.backends.mkldnn.is_available()
+
+
+def rewrite(graph_module: torch.fx.GraphModule) -> int:
+    """Each aten.linear of a float32 CPU input and a weight of at least MIN_WEIGHTS elements
+    made mkldnn._linear_pointwise (no fused activation), in place; the number rewritten."""
+    count = 0
+    for node in graph_module.graph.find_nodes(op="call_function",
+                                              target=torch.ops.aten.linear.default):
+        x, weight, *rest = node.args
+        bias = rest[0] if rest else node.kwargs.get("bias")
+        value, held = x.meta.get("val"), weight.meta.get("val")
+        if not (isinstance(value, torch.Tensor) and isinstance(held, torch.Tensor)
+                and value.dtype == held.dtype == torch.float32
+                and value.device.type == held.device.type == "cpu"
+                and held.numel() >= MIN_WEIGHTS):
+            continue
+        node.target = torch.ops.mkldnn._linear_pointwise.default
+        node.args, node.kwargs = (x, weight, bias, "none", [], ""), {}
+        count += 1
+    if count:
+        graph_module.recompile()
+    return count

@@ -22,7 +22,9 @@ Method:
   batch called token by token in Python, through the module ms_aten.causal_lm captures (the
   cache's layers attend to the positions written so far, as ms_aten's and model.generate's
   do). ms_aten: ms_aten.generate over ms_aten.causal_lm in GRAPH mode (the whole loop one
-  compiled graph) and in PYNATIVE mode (the loop step by step).
+  compiled graph) and in PYNATIVE mode (the loop step by step); the same two over
+  causal_lm(..., linear_kernel="onednn") (the large float32 linears on oneDNN's inner product;
+  in bfloat16 nothing is rewritten, the two routes repeat the first two).
 - A torch worker first makes model.generate's tokens. In float32 every generation of every
   route, in every process, must make exactly these (the workers and this driver check). In
   bfloat16 the rounding of a sum depends on its order, which a dynamic cache and a static

@@ -1,12 +1,13 @@
 """`linear_kernel="onednn"` of ms_aten.causal_lm: a decoding program's large float32 linears on
 oneDNN's inner product (the dispatcher op mkldnn::_linear_pointwise) instead of ATen's linear.
 
-ATen's float32 linear calls MKL's GEMM. On the AMD CPUs measured (docs/performance.md), a
-one-row product (a decode step at batch 1) runs on one thread there and reads the weight at
-about 14 GB/s, where two threads read 26; oneDNN's inner product splits it over the OpenMP team
-(31 GB/s), and is faster at 4 and 16 rows as well. Its sums run in another order, so logits
-differ from ATen's by rounding (about 1e-6 relative), and a greedy token can differ from
-`model.generate`'s where two logits tie that closely: hence a choice, not the default.
+ATen's float32 linear calls MKL's GEMM, which on the AMD CPU measured runs a one-row product
+(a decode step at batch 1) on one thread, reading the weight at 11-19 GB/s where a two-thread
+sum reads 23-32; oneDNN's inner product splits it over the OpenMP team, and is faster at 4 and
+16 rows as well (benchmarks/decode_batch/linear_kernels.py, docs/performance.md). Its sums run
+in another order, so logits differ from ATen's by rounding (about 1e-6 relative), and a greedy
+token can differ from `model.generate`'s where two logits tie that closely: hence a choice,
+not the default.
 
 Only where the forward is never differentiated (torch registers no autograd kernel for the op,
 and a backward through it would be silently wrong), so only CausalLM, which refuses gradients.

@@ -152,8 +152,10 @@ def resolve(name: str, constants: dict) -> Schema:
                          for s in candidates)
     given = ", ".join(f"{k}={v!r}" for k, v in constants.items()) or "no constants"
     problem = "is ambiguous" if fits else "matches no overload"
-    raise TypeError(f"ms_aten.op('{name}') with {given} {problem}; name the overload "
-                    f"(e.g. '{full_name((fits or candidates)[0])}'). Candidates:\n  {listed}")
+    example = (fits or candidates)[0]  # the overload without a name is torch's '.default'
+    raise TypeError(f"ms_aten.op('{name}') with {given} {problem}; name the overload (e.g. "
+                    f"'{example.name}.{example.overload_name or 'default'}'). "
+                    f"Candidates:\n  {listed}")
 
 
 def _tensor_count(schema: Schema, constants: dict) -> int:

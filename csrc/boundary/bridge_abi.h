@@ -44,6 +44,10 @@ MS_ATEN_C_API int64_t ms_aten_parked_graphs(void);
 MS_ATEN_C_API int ms_aten_kernel_uses_out(const void* kernel);
 // The kernel's name for messages ("aten::mm", "aten::mm (backward)"), valid while it lives.
 MS_ATEN_C_API const char* ms_aten_kernel_name(const void* kernel);
+// 1 if torch differentiates the op `name` (with overload `overload`, "" for the unnamed one)
+// itself, 0 if a backward through it would only get torch's autograd fallback (op/grad.h,
+// has_autograd_kernel), -1 if the dispatcher knows no such op. Never throws.
+MS_ATEN_C_API int ms_aten_op_has_autograd(const char* name, const char* overload);
 
 // Output shapes and dtypes of an op spec, by meta tensors (infer.h). Shapes are MindSpore's:
 // -1 for an unknown size, the one-element shape {-2} for an unknown rank; dtypes are MindSpore's

@@ -13,6 +13,7 @@
 #include "kernel.h"
 #include "launch_allocator.h"
 #include "launch_thread.h"
+#include "op/grad.h"
 #include "op/infer.h"
 #include "program/compiled.h"
 #include "program/family.h"
@@ -205,6 +206,16 @@ MS_ATEN_C_API void ms_aten_saved_free(void* saved) {
 
 MS_ATEN_C_API int64_t ms_aten_parked_graphs() {
   return static_cast<int64_t>(ms_aten::parked_count());
+}
+
+MS_ATEN_C_API int ms_aten_op_has_autograd(const char* name, const char* overload) {
+  try {
+    const auto op = c10::Dispatcher::singleton().findSchema({name, overload});
+    if (!op) return -1;
+    return ms_aten::has_autograd_kernel(*op) ? 1 : 0;
+  } catch (...) {
+    return -1;
+  }
 }
 
 // Multi-output ops get entry points of their own: MindSpore chooses the return type of

@@ -3,12 +3,19 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "op/results.h"
 
 namespace ms_aten {
 namespace {
+
+// The keys a kernel that differentiates an op is registered under (has_autograd_kernel).
+constexpr c10::DispatchKey kAutogradKeys[] = {
+    c10::DispatchKey::Autograd, c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutogradCUDA,
+    c10::DispatchKey::AutogradOther, c10::DispatchKey::CompositeImplicitAutograd};
 
 // The call-time input named in autograd's "not differentiable with respect to argument 'x'"
 // error, or -1.
@@ -48,6 +55,9 @@ std::vector<at::Tensor> evaluate(const OpCall& call, const std::vector<size_t>& 
     auto stack = call.stack(leaves, {});
     call.op().callBoxed(stack);
     auto results = returned_tensors(stack);
+    if (!has_autograd_kernel(call.op()) && reaches_autograd_fallback(results)) {
+      throw std::runtime_error(no_derivative(call.name()));
+    }
     if (results.size() != counts[0]) {
       throw std::runtime_error(c10::str("the forward returned ", results.size(),
                                         " outputs, but the backward got ", counts[0],
@@ -111,6 +121,40 @@ std::vector<at::Tensor> evaluate(const OpCall& call, const std::vector<size_t>& 
 }
 
 }  // namespace
+
+bool has_autograd_kernel(const c10::OperatorHandle& op) {
+  using c10::DispatchKey;
+  return std::any_of(std::begin(kAutogradKeys), std::end(kAutogradKeys),
+                     [&](DispatchKey key) { return op.hasKernelForDispatchKey(key); });
+}
+
+bool reaches_autograd_fallback(const std::vector<at::Tensor>& roots) {
+  // The fallback's node (torch/csrc/autograd/autograd_not_implemented_fallback.cpp); no header
+  // declares it, so it is known by name. tests/test_derivatives.py fails if that changes.
+  static const std::string kFallback = "torch::autograd::WarnNotImplemented";
+  std::vector<torch::autograd::Node*> stack;
+  std::unordered_set<torch::autograd::Node*> seen;
+  for (const auto& root : roots) {
+    if (root.defined() && root.grad_fn()) stack.push_back(root.grad_fn().get());
+  }
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (!seen.insert(node).second) continue;
+    if (node->name() == kFallback) return true;
+    for (const auto& edge : node->next_edges()) {
+      if (edge.function) stack.push_back(edge.function.get());
+    }
+  }
+  return false;
+}
+
+std::string no_derivative(const std::string& ops) {
+  return "torch registers no autograd kernel for " + ops +
+         ", which the gradient passes through: torch's autograd fallback would only warn and "
+         "pass zeros back. Differentiate without it (a replace= may have put it there), or give "
+         "it a derivative (torch.library.register_autograd)";
+}
 
 std::string vjp_suffix(int order) {
   if (order == 1) return " (backward)";

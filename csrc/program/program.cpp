@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "boundary/ms_ext.h"
+#include "op/grad.h"
 #include "op/results.h"
 
 namespace ms_aten {
@@ -210,6 +211,11 @@ Program::Program(const std::string& spec) {
           fail(line, "a node must be a 'call' whose tensor slots name values");
         }
         for (const int v : node.call->value_indices()) read(line, v);
+        if (!has_autograd_kernel(node.call->op())) {
+          if (!unregistered_.empty()) unregistered_ += ", ";
+          unregistered_ += c10::str(node.call->name(), " (node ", nodes_.size(),
+                                    node.label.empty() ? "" : " in " + node.label, ")");
+        }
         const std::string results = line.substr(2, results_end - 2);
         if (results != "-") {
           for (const auto& part : split(results, ',')) {
@@ -389,6 +395,12 @@ void Program::write_back(const std::vector<at::Tensor>& inputs,
   for (const auto& [input, value] : write_backs_) inputs[input].copy_(values[value].toTensor());
 }
 
+void Program::check_derivatives(const std::vector<at::Tensor>& ys) const {
+  if (!unregistered_.empty() && reaches_autograd_fallback(ys)) {
+    throw std::runtime_error(no_derivative(unregistered_));
+  }
+}
+
 void Program::check_recompute() const {
   if (!needs_kept_graph()) return;
   throw std::runtime_error(
@@ -517,6 +529,7 @@ void Program::vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::T
   }
   c10::AutoGradMode grad_mode(true);
   if (graph) {
+    check_derivatives(graph->outputs);  // a refusal drops the kept graph too
     for (const auto& out : outputs) out.zero_();
     backward_into(graph->outputs, inputs, graph->leaves, graph->leaf_index, outputs);
     return;
@@ -526,6 +539,7 @@ void Program::vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::T
   if (wrt.empty()) return;
   std::vector<at::Tensor> ys;
   for (size_t k = 0; k < n_out; ++k) ys.push_back(output(values, k));
+  check_derivatives(ys);
   backward_into(ys, inputs, wrt, wrt_index, outputs);
 }
 
@@ -615,6 +629,7 @@ void Program::vjp2(const std::vector<at::Tensor>& inputs,
     dys.push_back(dy);
   }
   if (ys.empty()) return;
+  check_derivatives(ys);
   const auto grads = torch::autograd::grad(ys, wrt, dys, /*retain_graph=*/true,
                                            /*create_graph=*/true, /*allow_unused=*/true);
   std::vector<at::Tensor> targets;

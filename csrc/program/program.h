@@ -142,6 +142,9 @@ class Program {
   // The c lines: each value copied into its buffer input.
   void write_back(const std::vector<at::Tensor>& inputs,
                   const std::vector<c10::IValue>& values) const;
+  // Throws if a backward from the outputs `ys` would pass through torch's autograd fallback
+  // (op/grad.h): a node whose op has no autograd kernel and recorded no history of its own.
+  void check_derivatives(const std::vector<at::Tensor>& ys) const;
   // Throws unless a backward may recompute this forward (needs_kept_graph).
   void check_recompute() const;
   const at::Tensor& output(const std::vector<c10::IValue>& values, size_t k) const;
@@ -159,6 +162,7 @@ class Program {
   std::vector<std::pair<int, int>> write_backs_;  // c lines: (input, value)
   std::string written_;                           // w line: the buffers it writes, for messages
   bool recompute_exact_ = true;
+  std::string unregistered_;  // the nodes whose op has no autograd kernel, for check_derivatives
 };
 
 }  // namespace ms_aten

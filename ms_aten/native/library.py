@@ -70,3 +70,17 @@ def launch_count() -> int:
     lib = load()
     lib.ms_aten_launch_count.restype = ctypes.c_int64
     return int(lib.ms_aten_launch_count())
+
+
+@cache
+def has_autograd(name: str, overload: str) -> bool:
+    """Whether torch differentiates the dispatcher op `name` (overload "" for the unnamed one)
+    itself, by a kernel of its own (csrc/op/grad.h, has_autograd_kernel); False where a backward
+    through it would get torch's autograd fallback, which passes no gradient back."""
+    function = load().ms_aten_op_has_autograd
+    function.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    function.restype = ctypes.c_int
+    answer = function(name.encode(), overload.encode())
+    if answer < 0:
+        raise ValueError(f"the dispatcher knows no op {name}{'.' + overload if overload else ''}")
+    return bool(answer)

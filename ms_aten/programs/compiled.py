@@ -56,6 +56,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind
 from ..native import library
 from ..native.threads import get_num_threads
 from . import aot_build, autograd_functions, compile_cache
+from .derivatives import differentiated, without_autograd
 
 LOG = logging.getLogger("ms_aten")
 # A compile that takes longer than this is logged as a warning (an info line otherwise).
@@ -138,6 +139,8 @@ def compile_exported(exported: ExportedProgram, name: str, options: CompileOptio
         graph = _Graph(exported, differentiable)
         if training is None:
             training = any(graph.differentiates)
+        if training:
+            _check_derivatives(graph)
         compiled = _load_or_compile(graph, name, options, training)
     except Exception as error:  # noqa: BLE001  (Inductor raises many kinds; the reason is kept)
         first_line = next(iter(str(error).strip().splitlines()), "")
@@ -166,10 +169,7 @@ class _Graph:
             value = node.meta.get("val")
             if not isinstance(value, torch.Tensor):
                 continue  # a constant of the capture (use_cache=False): the graph ignores it
-            floating = value.is_floating_point()
-            self.differentiates.append(floating and (
-                spec.kind == InputKind.USER_INPUT or (
-                    spec.kind == InputKind.PARAMETER and differentiable(spec))))
+            self.differentiates.append(differentiated(value, spec, differentiable))
             self.placeholders.append(node)
         # Captured with dynamic_shapes: AOTInductor keeps the sizes torch.export made symbolic.
         self.dynamic = any(not isinstance(n, int) for p in self.placeholders
@@ -338,6 +338,16 @@ def _vector_isa(root: Path) -> str:
 def _threads() -> int:
     """The OpenMP team size ms_aten's kernels run with (csrc/launch_thread.h)."""
     return get_num_threads() or torch.get_num_threads()
+
+
+def _check_derivatives(graph: _Graph) -> None:
+    """_NotCompiled if the backward would pass through an op without an autograd kernel, where
+    AOTAutograd's trace would keep the zeros torch's fallback passes back (derivatives.py)."""
+    missing = without_autograd(graph.exported.graph_module.graph, [
+        p for p, d in zip(graph.placeholders, graph.differentiates, strict=True) if d])
+    if missing:
+        raise _NotCompiled(f"torch registers no autograd kernel for {', '.join(missing)}, "
+                           f"which the gradient passes through, so no backward is compiled")
 
 
 def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,

@@ -10,7 +10,7 @@ import torch
 from mindspore import Tensor, nn
 from torch.export import Dim, ExportedProgram
 
-from . import onednn_linear
+from . import grouped_attention, onednn_linear
 from .cell import call
 from .decode_checks import check_tokens
 from .errors import CaptureError
@@ -45,6 +45,10 @@ class CausalLM(TorchModule):
     `compile=True`: the step runs as code AOTInductor compiled (compiled.py), one library for
     every sequence length, which writes the cache's new rows in place itself.
 
+    Grouped-query attention reads the cache's key/value heads as they are (SDPA's enable_gqa,
+    grouped_attention.py) instead of transformers' repeat_kv copies; `grouped_attentions`
+    counts the attentions rewritten in the latest capture.
+
     `linear_kernel="onednn"`: the float32 linears of a million weights or more run on oneDNN's
     inner product (onednn_linear.py: faster at small batches, logits equal ATen's to rounding);
     `onednn_linears` counts them in the latest capture.
@@ -76,6 +80,7 @@ class CausalLM(TorchModule):
         # Read by _rewrite during the capture that TorchModule.__init__ makes.
         self._linear_kernel = linear_kernel
         self.onednn_linears = 0
+        self.grouped_attentions = 0
         check_model(model, where)
         check_cache(model, where)
         # The wrapper insists on a static cache in the generation config; the user's config is
@@ -130,6 +135,7 @@ class CausalLM(TorchModule):
         self._where = where
 
     def _rewrite(self, exported: ExportedProgram) -> None:
+        self.grouped_attentions = grouped_attention.rewrite(exported.graph_module)
         if self._linear_kernel == "onednn":
             self.onednn_linears = onednn_linear.rewrite(exported.graph_module)
 

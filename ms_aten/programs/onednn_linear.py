@@ -10,7 +10,8 @@ token can differ from `model.generate`'s where two logits tie that closely: henc
 not the default.
 
 Only where the forward is never differentiated (torch registers no autograd kernel for the op,
-and a backward through it would be silently wrong), so only CausalLM, which refuses gradients.
+so a backward through it is refused: csrc/op/grad.h), so only CausalLM, which refuses
+gradients.
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ def decode_by_hand(lm: ms_aten.CausalLM, prompt: np.ndarray, new: int) -> np.nda
     """Greedy decoding with the Cell alone: the prompt at positions 0..n-1, then each token at
     the next position. The cache needs no reset: the positions say what is valid."""
     length = prompt.shape[1]
-    logits = lm(ms.Tensor(prompt), ms.Tensor(np.arange(length)))
+    logits = lm(ms.Tensor(prompt), ms.Tensor(np.arange(length)), logits_to_keep=1)
     tokens = [prompt]
     for position in range(length, length + new):
         token = logits.asnumpy()[:, -1].argmax(-1)[:, None]

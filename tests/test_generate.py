@@ -194,6 +194,63 @@ def test_batch_size_and_positions_are_checked_before_anything_runs(model_and_lm,
                                   .asnumpy(), _torch_greedy(model, prompt, 10))
 
 
+def test_logits_to_keep_keeps_the_positions_transformers_keeps(model_and_lm, mode):
+    """The Cell projects only the kept positions onto the vocabulary, as the model's own
+    logits_to_keep does (model.generate's prefill keeps the last; so does ms_aten.generate's);
+    a bad one is refused before anything runs, naming it."""
+    model, lm = model_and_lm
+    set_mode(mode)
+    prompt = _prompt(6, seed=3)
+    positions = ms.Tensor(np.arange(6))
+    for keep in (0, 1, 4, 9, ms.Tensor(np.array([0, 2, -1]))):
+        got = lm(ms.Tensor(prompt.numpy()), positions, logits_to_keep=keep).asnumpy()
+        torch_keep = torch.from_numpy(keep.asnumpy()) if isinstance(keep, ms.Tensor) else keep
+        with torch.no_grad():
+            expected = model(prompt, logits_to_keep=torch_keep).logits.numpy()
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    where = r"ms_aten.causal_lm\(\w+\)"
+    for keep, error, message in [
+            (-1, ValueError, "logits_to_keep must be a whole number >= 0 .* got -1"),
+            (1.5, ValueError, "logits_to_keep must be a whole number >= 0 .* got 1.5"),
+            (ms.Tensor(np.array([6])), ValueError,
+             "logits_to_keep holds position 6, outside input_ids' 6 tokens"),
+            (ms.Tensor(np.array([-7])), ValueError,
+             "logits_to_keep holds position -7, outside input_ids' 6 tokens"),
+            (ms.Tensor(np.array([1], np.int32)), TypeError,
+             r"logits_to_keep as a Tensor is the positions to keep, 1-D int64 and not empty; "
+             r"got Int32\[1\]")]:
+        with pytest.raises(error, match=f"{where}: {message}"):
+            lm(ms.Tensor(prompt.numpy()), positions, logits_to_keep=keep)
+    np.testing.assert_array_equal(ms_aten.generate(lm, prompt.numpy(), max_new_tokens=5)
+                                  .asnumpy(), _torch_greedy(model, prompt, 5))
+
+
+class _NoLogitsToKeep(transformers.GPT2LMHeadModel):
+    """A causal LM whose forward takes no logits_to_keep (as a user's own may)."""
+
+    def forward(self, input_ids=None, past_key_values=None, attention_mask=None,
+                position_ids=None, use_cache=None, **kwargs):
+        return super().forward(input_ids=input_ids, past_key_values=past_key_values,
+                               attention_mask=attention_mask, position_ids=position_ids,
+                               use_cache=use_cache, **kwargs)
+
+
+def test_a_model_without_logits_to_keep_has_its_logits_indexed(mode):
+    set_mode(mode)
+    torch.manual_seed(0)
+    model = _NoLogitsToKeep(_gpt2().config).eval()
+    lm = ms_aten.causal_lm(model, max_cache_len=12)
+    prompt = _prompt(5, seed=4)
+    with torch.no_grad():
+        expected = model(prompt).logits.numpy()
+    for keep, kept in ((0, expected), (2, expected[:, -2:])):
+        got = lm(ms.Tensor(prompt.numpy()), ms.Tensor(np.arange(5)), logits_to_keep=keep)
+        np.testing.assert_allclose(got.asnumpy(), kept, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(ms_aten.generate(lm, prompt.numpy(), max_new_tokens=6)
+                                  .asnumpy(), _torch_greedy(model, prompt, 6))
+
+
 class LogitSum(nn.Cell):
     def __init__(self, lm: ms_aten.CausalLM):
         super().__init__()

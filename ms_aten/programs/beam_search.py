@@ -49,7 +49,7 @@ class BeamStep(nn.Cell):
                         Tensor(shape=[lm.batch_size, None], dtype=ms.int64))
 
     def construct(self, input_ids, positions, mask):
-        return last_logits(self.lm(input_ids, positions, mask))
+        return last_logits(self.lm, input_ids, positions, mask)
 
 
 class ReorderCache(nn.Cell):

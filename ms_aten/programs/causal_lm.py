@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from mindspore import Tensor, nn
+from mindspore import Tensor, nn, ops
 from torch.export import Dim, ExportedProgram
 
 from . import grouped_attention, onednn_linear
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 
 class CausalLM(TorchModule):
-    """`cell(input_ids, cache_position, attention_mask=None)` -> logits (batch, seq, vocab): the
+    """`cell(input_ids, cache_position, attention_mask=None, logits_to_keep=0)` -> logits
+    (batch, kept positions, vocab): the
     model's forward over transformers' StaticCache (`TorchExportableModuleWithStaticCache`, the
     cache ExecuTorch exports), its keys and values non-trainable Parameters the program writes
     at `cache_position`. One capture, with the sequence dim dynamic from 1 to max_cache_len,
@@ -34,13 +35,17 @@ class CausalLM(TorchModule):
     prompt's call and in every later one) and set each row's position ids. Without a mask, all
     ones: made on the host for a call from Python; inside another graph given by the caller
     (ms_aten.generate's loop), or else sliced by the position's value, which GRAPH mode stops
-    the graph to read.
+    the graph to read. `logits_to_keep`, transformers' argument: 0 (every position's logits),
+    k (the last k), or a 1-D int64 Tensor of positions (negative from the end); only those
+    positions' hidden states are projected onto the vocabulary, so a prompt's call in
+    ms_aten.generate, which keeps the last, does not pay for the others' logits.
 
     Refused before the program runs, in both modes: an input that is not a MindSpore Tensor of
     the program's rank and dtype, a batch size other than the cache's, a token outside the
     vocabulary, a cache position outside [0, max_cache_len) (in GRAPH mode a kernel's error
-    would leave the compiled graph unable to run again), and a mask of another shape than
-    (batch, cache_position[-1] + 1).
+    would leave the compiled graph unable to run again), a mask of another shape than
+    (batch, cache_position[-1] + 1), and a logits_to_keep that is negative or holds a position
+    outside input_ids.
 
     `compile=True`: the step runs as code AOTInductor compiled (compiled.py), one library for
     every sequence length, which writes the cache's new rows in place itself.
@@ -123,11 +128,12 @@ class CausalLM(TorchModule):
         # Strict capture: non-strict export sees the cache's tensors (held by StaticCache, not
         # a Module) as constants, and its run_decompositions fails on their writes.
         example = (torch.zeros(batch_size, 2, dtype=torch.long), torch.arange(1, 3),
-                   torch.ones(batch_size, 3, dtype=torch.long))
+                   torch.ones(batch_size, 3, dtype=torch.long), torch.arange(2))
         try:
             super().__init__(step, example,
                              dynamic_shapes=({1: seq}, {0: seq},
-                                             {1: Dim("attended", min=1, max=max_cache_len)}),
+                                             {1: Dim("attended", min=1, max=max_cache_len)},
+                                             {0: Dim("kept", min=1, max=max_cache_len)}),
                              strict=True, compile=compile)
         except CaptureError as error:  # torch's reason, after the architecture's name
             raise CaptureError(f"{where}: {type(model).__name__} is not served: "
@@ -140,10 +146,36 @@ class CausalLM(TorchModule):
             self.onednn_linears = onednn_linear.rewrite(exported.graph_module)
 
     def check(self, input_ids: Tensor, cache_position: Tensor,
-              attention_mask: Tensor | None = None) -> None:
+              attention_mask: Tensor | None = None,
+              logits_to_keep: int | Tensor = 0) -> None:
         """ValueError, naming the limit, for a batch size other than the cache's, a position
-        outside it, or a mask of the wrong shape; `cell(...)` checks this before every call."""
+        outside it, a mask of the wrong shape, or logits_to_keep outside the tokens;
+        `cell(...)` checks this before every call."""
         self._check(input_ids, _host(cache_position), attention_mask)
+        self._kept(input_ids, logits_to_keep)
+
+    def _kept(self, input_ids: Tensor, logits_to_keep: int | Tensor) -> Tensor:
+        """logits_to_keep as the program takes it: the positions, a 1-D int64 Tensor."""
+        length = int(input_ids.shape[-1])
+        if isinstance(logits_to_keep, Tensor):
+            kept = _host(logits_to_keep)
+            if kept.ndim != 1 or kept.dtype != np.int64 or kept.size == 0:
+                raise TypeError(f"{self._where}: logits_to_keep as a Tensor is the positions "
+                                f"to keep, 1-D int64 and not empty; got "
+                                f"{logits_to_keep.dtype}{list(kept.shape)}")
+            if kept.min() < -length or kept.max() >= length:
+                raise ValueError(f"{self._where}: logits_to_keep holds position "
+                                 f"{int(kept.min() if kept.min() < -length else kept.max())}, "
+                                 f"outside input_ids' {length} tokens")
+            return logits_to_keep
+        if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or \
+                logits_to_keep < 0:
+            raise ValueError(f"{self._where}: logits_to_keep must be a whole number >= 0 (0: "
+                             f"every position, k: the last k) or a Tensor of positions; got "
+                             f"{logits_to_keep!r}")
+        # As transformers' slice(-k, None): k past the tokens keeps them all.
+        first = max(length - logits_to_keep, 0) if logits_to_keep else 0
+        return Tensor.from_numpy(np.arange(first, length, dtype=np.int64))
 
     def _check(self, input_ids: Tensor, positions: np.ndarray,
                attention_mask: Tensor | None) -> None:
@@ -169,15 +201,18 @@ class CausalLM(TorchModule):
                              f"{[self.batch_size, attended]}")
 
     def __call__(self, input_ids: Tensor, cache_position: Tensor,
-                 attention_mask: Tensor | None = None) -> Tensor:
+                 attention_mask: Tensor | None = None,
+                 logits_to_keep: int | Tensor = 0) -> Tensor:
         """`attention_mask`: transformers' 2D mask (batch, cache_position[-1] + 1), int64, 0 on
-        left padding; all ones when not given."""
+        left padding; all ones when not given. `logits_to_keep`: 0 (every position), k (the
+        last k) or a 1-D int64 Tensor of positions."""
         # Before MindSpore's call, which in GRAPH mode goes straight to the compiled graph;
         # a call from inside another graph (ms_aten.generate's loop) is compiled into it and is
         # not checked here.
         self._check_inputs([input_ids, cache_position], self._where)
         positions = _host(cache_position)
         self._check(input_ids, positions, attention_mask)
+        kept = self._kept(input_ids, logits_to_keep)
         if attention_mask is None:
             # Made from the positions the check read: construct's slice by cache_position's
             # value would make a GRAPH-mode call stop mid-graph to read it (about 1 ms per
@@ -185,13 +220,19 @@ class CausalLM(TorchModule):
             attention_mask = Tensor.from_numpy(
                 np.ones((self.batch_size, int(positions.reshape(-1)[-1]) + 1), np.int64))
         return build(self._nodes, nn.Cell.__call__(self, input_ids, cache_position,
-                                                   attention_mask, **{LEAVES: True}))
+                                                   attention_mask, kept, **{LEAVES: True}))
 
-    def construct(self, input_ids, cache_position, attention_mask=None, **kwargs):
-        if attention_mask is None:  # a call inside another graph
+    def construct(self, input_ids, cache_position, attention_mask=None, logits_to_keep=None,
+                  **kwargs):
+        # Defaults for a call inside another graph. Every position: a cumulative sum of ones,
+        # which needs no dynamic length's value inside the graph.
+        if attention_mask is None:
             attention_mask = self._ones[:, :cache_position[-1] + 1]
+        if logits_to_keep is None:
+            logits_to_keep = ops.cumsum(ops.ones_like(cache_position), 0) - 1
         return self._outputs(call(self._function, self.weights,
-                                  (input_ids, cache_position, attention_mask)), kwargs)
+                                  (input_ids, cache_position, attention_mask, logits_to_keep)),
+                             kwargs)
 
 
 def _host(value: Tensor | np.ndarray) -> np.ndarray:
@@ -204,12 +245,12 @@ def causal_lm(model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *
     """A HuggingFace causal LM (GPT-2, Llama, ...: one transformers'
     TorchExportableModuleWithStaticCache takes) as a Cell over a static KV cache of
     `max_cache_len` positions for `batch_size` sequences: `logits = cell(input_ids,
-    cache_position, attention_mask=None)`; see CausalLM, and ms_aten.generate for the decoding
-    loop. `compile`: as ms_aten.module's (True, or {"cache_dir": path}): the step as compiled
-    code. `linear_kernel`: "aten" (torch's own, the default) or "onednn" (the large float32
-    linears on oneDNN's inner product: faster decoding at small batches, logits equal to
-    rounding, so a greedy token may differ from model.generate's at a near tie). A model whose
-    cache is not keys and values (Mamba, Qwen3-Next's linear attention), or that the capture
-    cannot trace, is refused with a CaptureError naming it and the reason."""
+    cache_position, attention_mask=None, logits_to_keep=0)`; see CausalLM, and ms_aten.generate
+    for the decoding loop. `compile`: as ms_aten.module's (True, or {"cache_dir": path}): the
+    step as compiled code. `linear_kernel`: "aten" (torch's own, the default) or "onednn" (the
+    large float32 linears on oneDNN's inner product: faster decoding at small batches, logits
+    equal to rounding, so a greedy token may differ from model.generate's at a near tie). A
+    model whose cache is not keys and values (Mamba, Qwen3-Next's linear attention), or that
+    the capture cannot trace, is refused with a CaptureError naming it and the reason."""
     return CausalLM(model, max_cache_len, batch_size, compile=compile,
                     linear_kernel=linear_kernel)

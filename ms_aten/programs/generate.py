@@ -47,7 +47,7 @@ class DecodeStep(nn.Cell):
 
     def construct(self, input_ids, positions, mask, i, draw, seen, finished, temperature, top_k,
                   top_p, min_p, repetition_penalty, min_new, eos, pad):
-        logits = last_logits(self.lm(input_ids, positions, mask))
+        logits = last_logits(self.lm, input_ids, positions, mask)
         scores = logits
         if self.penalize:
             scores = penalize(logits, seen, i, repetition_penalty, min_new, eos)

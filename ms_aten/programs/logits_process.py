@@ -57,14 +57,15 @@ def seen_tokens(ids: np.ndarray, mask: np.ndarray, vocab_size: int) -> np.ndarra
     return seen
 
 
-def last_logits(logits):
-    """The last position's logits (batch, vocab) in float32 (transformers chooses in float32
-    whatever the model's dtype) of the model's (batch, positions, vocab). A Gather, not
-    `[:, -1]`: MindSpore 2.10's CPU StridedSlice with a dropped axis takes 30 ms in GRAPH mode
-    on GPT-2's (16, 1, 50257) logits, Gather 0.8 ms; its Gather has no bfloat16 kernel, hence
-    the cast first."""
-    logits = logits.astype(ms.float32)
-    return ops.gather(logits, ops.scalar_to_tensor(logits.shape[1] - 1, ms.int64), 1)
+def last_logits(lm, input_ids, positions, mask):
+    """The model's step (a ms_aten.causal_lm Cell) over the new tokens, and the last
+    position's logits (batch, vocab) in float32 (transformers chooses in float32 whatever the
+    model's dtype). The Cell makes that position's logits only (logits_to_keep), as
+    model.generate asks the model for, and its (batch, 1, vocab) answer is reshaped, not
+    sliced (MindSpore 2.10's CPU StridedSlice with a dropped axis took 30 ms in GRAPH mode on
+    GPT-2's (16, 1, 50257) logits)."""
+    logits = lm(input_ids, positions, mask, ops.full((1,), -1, dtype=ms.int64))
+    return logits.astype(ms.float32).reshape(logits.shape[0], logits.shape[2])
 
 
 def penalize(logits, seen, i, repetition_penalty, min_new, eos):

@@ -3,6 +3,7 @@ positions written so far, not to the whole cache. (Imports transformers, which m
 does not need: causal_lm imports this module when it is called.)"""
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -34,14 +35,17 @@ class PrefixLayer(StaticLayer):
 
 class StaticCacheLM(torch.nn.Module):
     """transformers' static-cache wrapper called as forward(input_ids, cache_position,
-    attention_mask), its cache's layers PrefixLayers. `attention_mask` is transformers' 2D mask
-    (batch, positions so far): its length (a dynamic dim) is the number of cache positions the
-    step attends to, the last position + 1, and its zeros are the left padding of a batch of
-    prompts of different lengths, masked in every step. Each row's position ids come from it
-    as model.generate makes them (the count of unpadded tokens before each, 0 on padding). (The
-    wrapper's own forward passes no mask, and has inputs_embeds between the first two, which
-    positional example inputs would fill. The program and its messages are named after this
-    class.)"""
+    attention_mask, logits_to_keep), its cache's layers PrefixLayers. `attention_mask` is
+    transformers' 2D mask (batch, positions so far): its length (a dynamic dim) is the number
+    of cache positions the step attends to, the last position + 1, and its zeros are the left
+    padding of a batch of prompts of different lengths, masked in every step. Each row's
+    position ids come from it as model.generate makes them (the count of unpadded tokens before
+    each, 0 on padding). `logits_to_keep`: the positions (of input_ids; negative from the end)
+    whose logits are made, transformers' 1-D tensor form: the model projects only those hidden
+    states onto the vocabulary, as model.generate's prefill does with the last one (a model
+    whose forward takes no logits_to_keep has its logits indexed). (The wrapper's own forward
+    passes no mask, and has inputs_embeds between the first two, which positional example
+    inputs would fill. The program and its messages are named after this class.)"""
 
     def __init__(self, wrapper: torch.nn.Module) -> None:
         super().__init__()
@@ -50,6 +54,8 @@ class StaticCacheLM(torch.nn.Module):
         self.layers = [PrefixLayer(layer) for layer in cache_layers]
         cache_layers[:] = self.layers
         self._size_from_model()
+        forward = wrapper.model.forward  # type: ignore[union-attr]
+        self._keeps = "logits_to_keep" in inspect.signature(forward).parameters
 
     def _size_from_model(self) -> None:
         """Sizes each layer's keys and values from the model's own: one token through the
@@ -70,7 +76,7 @@ class StaticCacheLM(torch.nn.Module):
             wrapper.register_buffer(f"value_cache_{i}", layer.values, persistent=False)
 
     def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor,
-                attention_mask: torch.Tensor) -> torch.Tensor:
+                attention_mask: torch.Tensor, logits_to_keep: torch.Tensor) -> torch.Tensor:
         positions = attention_mask.long().cumsum(-1) - 1
         position_ids = positions.masked_fill(attention_mask == 0, 0)[:, -input_ids.shape[1]:]
         for layer in self.layers:
@@ -78,10 +84,12 @@ class StaticCacheLM(torch.nn.Module):
             # What the wrapper's forward does first: the cache's length is where the new
             # tokens go, so that one program serves every generation without a reset.
             layer.cumulative_length.copy_(cache_position[0])
+        keep = {"logits_to_keep": logits_to_keep} if self._keeps else {}
         try:
-            return self.wrapper.model(  # type: ignore[operator]
+            logits = self.wrapper.model(  # type: ignore[operator]
                 input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                past_key_values=self.wrapper.static_cache, use_cache=True).logits
+                past_key_values=self.wrapper.static_cache, use_cache=True, **keep).logits
+            return logits if self._keeps else logits[:, logits_to_keep]
         finally:
             for layer in self.layers:
                 layer.attended = None

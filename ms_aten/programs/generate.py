@@ -81,7 +81,8 @@ def _control_inputs(lm: CausalLM) -> list[Tensor]:
 class DecodeLoop(nn.Cell):
     """The decoding loop as a Cell: the prompt in one DecodeStep, then one per token in a
     `while` over tensors, so that GRAPH mode compiles it all once (for every prompt length
-    and max_new_tokens) and PYNATIVE runs the same code eagerly.
+    and max_new_tokens). (generate runs it in GRAPH mode; in PYNATIVE mode, its loop on the
+    host, _stream.)
 
     Its inputs are tensors, so that changing them compiles nothing: the prompt, its positions
     and its attention mask (0 on left padding; the loop appends a 1 per token, as
@@ -175,7 +176,8 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
     do_sample, output_logits and whether a repetition penalty or held-back end token applies;
     with a streamer or stop_strings, a compiled step (DecodeStep)
     called once per token, so that the streamer and the stop strings run between steps; beam
-    search is a compiled step and a compiled cache reorder per token.
+    search is a compiled step and a compiled cache reorder per token. In PYNATIVE mode the
+    same DecodeStep runs once per token from a loop on the host.
 
     Refused before anything runs: an argument of model.generate this function does not take
     (a TypeError naming those it takes), a batch size other than the cache's (times num_beams
@@ -224,7 +226,11 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
     draws = np.zeros((lm.max_cache_len, batch), np.float32)
     if do_sample:
         draws[:max_new_tokens] = np.random.default_rng(seed).random((max_new_tokens, batch))
-    stepwise = streamer is not None or stop is not None
+    # PYNATIVE mode runs the loop on the host, a DecodeStep per token: DecodeLoop's
+    # bookkeeping as PyNative ops (a setitem of the token, the loop's two tests) cost about
+    # 3 ms a token, a tenth of GPT-2 small's step.
+    stepwise = streamer is not None or stop is not None or \
+        ms.get_context("mode") == ms.PYNATIVE_MODE
     loop = _loop(lm, do_sample, output_logits, stepwise,
                  penalize=repetition_penalty != 1.0 or min_new > 0)
     if not stepwise:
@@ -264,8 +270,9 @@ def _stream(step: nn.Cell, ids: np.ndarray, mask: np.ndarray, max_new_tokens: in
             draws: np.ndarray, seen: np.ndarray, controls: logits_process.Controls,
             streamer: Any, stop: Any, pad_stopped: bool,
             output_logits: bool) -> tuple[np.ndarray, tuple[Tensor, ...]]:
-    """DecodeLoop's loop in Python, a DecodeStep per token, the streamer called as
-    model.generate calls it: `put` with the prompt, then with each step's tokens (batch,),
+    """DecodeLoop's loop in Python, a DecodeStep per token (PYNATIVE mode's loop, and GRAPH
+    mode's with a streamer or stop strings), the streamer, if any, called as model.generate
+    calls it: `put` with the prompt, then with each step's tokens (batch,),
     then `end()`; `stop` (transformers' StopStringCriteria) read after each token. A row it
     stops is finished, its later tokens the pad token, when `pad_stopped` (there is an end
     token: transformers pads only then); the loop ends when every row is finished or stopped.

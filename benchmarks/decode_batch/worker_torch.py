@@ -17,8 +17,9 @@ position. Routes, under torch.no_grad, greedy, the prompts left-padded with thei
 - static-loop: transformers' TorchExportableModuleWithStaticCache for the batch, called token
   by token in a Python loop with the mask one column longer at each, through ms_aten's
   StaticCacheLM (the module ms_aten.causal_lm captures: the wrapper's own forward takes no
-  mask, and its cache's layers attend to the positions written so far), the argmax of the
-  float32 logits taken between calls.
+  mask, and its cache's layers attend to the positions written so far), keeping the last
+  position's logits (its logits_to_keep, as model.generate and ms_aten.generate do), the argmax
+  of the float32 logits taken between calls.
 """
 from __future__ import annotations
 
@@ -103,9 +104,9 @@ def static_loop(step: torch.nn.Module, ids: np.ndarray, mask: np.ndarray) -> Gen
     batch, width = ids.shape
 
     def generate(new: int) -> np.ndarray:
-        attention_mask = torch.from_numpy(mask)
+        attention_mask, last = torch.from_numpy(mask), torch.tensor([-1])
         with torch.no_grad():
-            logits = step(torch.from_numpy(ids), torch.arange(width), attention_mask)
+            logits = step(torch.from_numpy(ids), torch.arange(width), attention_mask, last)
             tokens = []
             for position in range(width, width + new):
                 token = logits[:, -1].float().argmax(-1, keepdim=True)
@@ -113,7 +114,7 @@ def static_loop(step: torch.nn.Module, ids: np.ndarray, mask: np.ndarray) -> Gen
                 if position < width + new - 1:  # the last token is not fed back
                     attention_mask = torch.cat(
                         [attention_mask, torch.ones(batch, 1, dtype=torch.long)], 1)
-                    logits = step(token, torch.tensor([position]), attention_mask)
+                    logits = step(token, torch.tensor([position]), attention_mask, last)
         return torch.cat(tokens, 1).numpy()
     return generate
 

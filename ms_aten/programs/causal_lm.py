@@ -23,22 +23,22 @@ if TYPE_CHECKING:
 
 class CausalLM(TorchModule):
     """`cell(input_ids, cache_position, attention_mask=None, logits_to_keep=0)` -> logits
-    (batch, kept positions, vocab): the
-    model's forward over transformers' StaticCache (`TorchExportableModuleWithStaticCache`, the
-    cache ExecuTorch exports), its keys and values non-trainable Parameters the program writes
-    at `cache_position`. One capture, with the sequence dim dynamic from 1 to max_cache_len,
-    runs the prompt and every later token; the cache needs no reset between generations, since
-    the positions say where to write and which entries to attend to. The attention reads the
-    cache's first `cache_position[-1] + 1` positions only (static_cache.PrefixLayer), and the
-    program's third input, transformers' 2D attention mask over those positions, has that
-    length: its zeros mask left padding (the keys of a shorter prompt's pad tokens, in the
-    prompt's call and in every later one) and set each row's position ids. Without a mask, all
-    ones: made on the host for a call from Python; inside another graph given by the caller
-    (ms_aten.generate's loop), or else sliced by the position's value, which GRAPH mode stops
-    the graph to read. `logits_to_keep`, transformers' argument: 0 (every position's logits),
-    k (the last k), or a 1-D int64 Tensor of positions (negative from the end); only those
-    positions' hidden states are projected onto the vocabulary, so a prompt's call in
-    ms_aten.generate, which keeps the last, does not pay for the others' logits.
+    (batch, kept positions, vocab): the model's forward over transformers' StaticCache
+    (`TorchExportableModuleWithStaticCache`, the cache ExecuTorch exports), its keys and values
+    non-trainable Parameters the program writes at `cache_position`. One capture, with the
+    sequence dim dynamic from 1 to max_cache_len, runs the prompt and every later token; the
+    cache needs no reset between generations, since the positions say where to write and which
+    entries to attend to. The attention reads the cache's first `cache_position[-1] + 1`
+    positions only (static_cache.PrefixLayer), and the program's third input, transformers' 2D
+    attention mask over those positions, has that length: its zeros mask left padding (the keys
+    of a shorter prompt's pad tokens, in the prompt's call and in every later one) and set each
+    row's position ids. Without a mask, all ones: made on the host for a call from Python;
+    inside another graph given by the caller (ms_aten.generate's loop), or else sliced by the
+    position's value, which GRAPH mode stops the graph to read. `logits_to_keep`, transformers'
+    argument: 0 (every position's logits), k (the last k), or a 1-D int64 Tensor of positions
+    (negative from the end); only those positions' hidden states are projected onto the
+    vocabulary, so a prompt's call in ms_aten.generate, which keeps the last, does not pay for
+    the others' logits.
 
     Refused before the program runs, in both modes: an input that is not a MindSpore Tensor of
     the program's rank and dtype, a batch size other than the cache's, a token outside the

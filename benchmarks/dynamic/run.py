@@ -35,20 +35,22 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import workers
-from benchmarks.dynamic.workloads import PROMPT, TOKENS
+from benchmarks.dynamic.workloads import LENGTHS, PROMPT, TOKENS
 
 TORCH, MS_ATEN = "benchmarks.dynamic.worker_torch", "benchmarks.dynamic.worker_ms_aten"
 WORKLOADS = ("decode", "train")
 ROUTES = [(mode, shapes) for shapes in ("dynamic", "static") for mode in ("graph", "pynative")]
 FIGURES = ("total_s", "first_call_s", "after_first_ms", "steady_ms")
-# A smoke run decodes 4 tokens, not 32: the static routes capture once per length.
-QUICK_TOKENS = PROMPT + 4
+# A smoke run decodes 4 tokens, not 32, and trains on 2 of the 6 lengths: the static routes
+# capture (and in GRAPH mode compile) once per length.
+QUICK_TOKENS, QUICK_LENGTHS = PROMPT + 4, 2
 
 
-def worker(job: tuple[str, ...], warm: int, tokens: int) -> dict[str, dict]:
+def worker(job: tuple[str, ...], warm: int, tokens: int, lengths: int) -> dict[str, dict]:
     """A job's results by route ("torch" for torch's): (side, workload, *routes)."""
     side, workload, *routes = job
-    arguments = ["--workload", workload, "--warm", str(warm), "--tokens", str(tokens)]
+    arguments = ["--workload", workload, "--warm", str(warm), "--tokens", str(tokens),
+                 "--lengths", str(lengths)]
     if side == "torch":
         return {"torch": workers.run(TORCH, arguments)}
     return workers.run(MS_ATEN, [*arguments, *(a for r in routes for a in ("--route", r))]
@@ -70,7 +72,7 @@ def median_figures(results: list[dict]) -> dict:
     return entry
 
 
-def bench(processes: int, warm: int, tokens: int, quick: bool) -> dict:
+def bench(processes: int, warm: int, tokens: int, lengths: int, quick: bool) -> dict:
     """Every job in its --processes fresh processes; with `quick`, each workload's ms_aten
     routes in one process, in turns."""
     names = ["-".join(route) for route in ROUTES]
@@ -81,7 +83,7 @@ def bench(processes: int, warm: int, tokens: int, quick: bool) -> dict:
         (w, r): [] for w in WORKLOADS for r in ["torch", *names]}
     for job in workers.schedule(jobs, processes):
         started = time.perf_counter()
-        for route, result in worker(job, warm, tokens).items():
+        for route, result in worker(job, warm, tokens, lengths).items():
             runs[(job[1], route)].append(result)
             print(f"  {job[1]} {route:20} total {result['total_s']:8.2f} s, steady "
                   f"{result['steady_ms']:8.2f} ms/item ({time.perf_counter() - started:.0f} s)",
@@ -140,7 +142,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="one process per workload and side, one warm run, decoding "
-                        f"to {QUICK_TOKENS} tokens (a smoke run)")
+                        f"to {QUICK_TOKENS} tokens, training on {QUICK_LENGTHS} lengths (a smoke "
+                        "run)")
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per job")
     # A GRAPH training loop runs slower for its first seconds after compiling (issue 26's note:
     # MindSpore's yielding thread pool beside ATen's spinning workers on 2 cores): more warm
@@ -149,12 +152,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
     parser.add_argument("--out", type=Path, help="folder for dynamic.{md,json}")
     args = parser.parse_args(argv)
-    processes, warm, tokens = ((1, 1, QUICK_TOKENS) if args.quick
-                               else (args.processes, args.warm, TOKENS))
+    processes, warm, tokens, lengths = ((1, 1, QUICK_TOKENS, QUICK_LENGTHS) if args.quick
+                                        else (args.processes, args.warm, TOKENS, len(LENGTHS)))
     started, load_start = time.time(), os.getloadavg()
-    rows = bench(processes, warm, tokens, args.quick)
+    rows = bench(processes, warm, tokens, lengths, args.quick)
     meta = {**workers.machine_meta(started, load_start), "note": args.note,
-            "processes": processes, "warm": warm, "tokens": tokens}
+            "processes": processes, "warm": warm, "tokens": tokens, "lengths": lengths}
     print(report(rows))
     out = args.out or (None if args.quick else workers.RESULTS)
     if out is not None:

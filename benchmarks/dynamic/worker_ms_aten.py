@@ -3,6 +3,7 @@ it; it prints one RESULT line of JSON.
 
     .venv/bin/python -m benchmarks.dynamic.worker_ms_aten --workload decode|train
         --route graph|pynative-dynamic|static [--route ...] [--warm 5] [--tokens 40]
+        [--lengths 6]
 
 Several --route: each in turn, in this process (dynamic/run.py's --quick).
 
@@ -78,7 +79,7 @@ def decoder(cell: ms_aten.TorchModule, length: int) -> Run:
     return decode
 
 
-def trainer(cell: ms_aten.TorchModule, graph: bool, shapes: str) -> Run:
+def trainer(cell: ms_aten.TorchModule, graph: bool, shapes: str, lengths: int) -> Run:
     optimizer = ms_aten.optim.Adam(cell.trainable_params(), lr=LR)
     grad_fn = ms.value_and_grad(LossCell(cell, "lm"), None, optimizer.parameters)
 
@@ -89,7 +90,7 @@ def trainer(cell: ms_aten.TorchModule, graph: bool, shapes: str) -> Run:
 
     if graph:
         step = ms.jit(step, dynamic=1) if shapes == "dynamic" else ms.jit(step)
-    data = [(to_ms(tokens), to_ms(target)) for tokens, target in batches()]
+    data = [(to_ms(tokens), to_ms(target)) for tokens, target in batches(lengths)]
 
     def train(done: Callable[[], None]) -> list:
         # The warm runs train on (the cold run's losses are the ones checked): a step's time
@@ -103,12 +104,13 @@ def trainer(cell: ms_aten.TorchModule, graph: bool, shapes: str) -> Run:
     return train
 
 
-def time_route(workload: str, mode: str, shapes: str, tokens: int, warm: int) -> dict:
+def time_route(workload: str, mode: str, shapes: str, tokens: int, lengths: int,
+               warm: int) -> dict:
     ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
     cell, setup_s = capture(workload, shapes)
     run = (decoder(cell, tokens) if workload == "decode"
-           else trainer(cell, mode == "graph", shapes))
-    n = items(workload, tokens)
+           else trainer(cell, mode == "graph", shapes, lengths))
+    n = items(workload, tokens, lengths)
     result = run_timed(n, run, setup_s, warm)
     before = ms_aten.launch_count()
     run(ms_sync)
@@ -122,8 +124,11 @@ def main() -> None:
                                  for s in ("dynamic", "static")])
     args = parser.parse_args()
     ms.set_device("CPU")
-    routes = {route: time_route(args.workload, *route.split("-"), args.tokens, args.warm)
-              for route in args.route}
+    routes = {}
+    for route in args.route:
+        mode, shapes = route.split("-")
+        routes[route] = time_route(args.workload, mode, shapes, args.tokens, args.lengths,
+                                   args.warm)
     emit({"side": "ms_aten", "batch": BATCH, "threads": ms_aten.get_num_threads(),
           "routes": routes})
 

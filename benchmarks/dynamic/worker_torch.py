@@ -38,9 +38,9 @@ def decoder(module: torch.nn.Module, length: int) -> Run:
     return decode
 
 
-def trainer(module: torch.nn.Module) -> Run:
+def trainer(module: torch.nn.Module, lengths: int) -> Run:
     optimizer = torch.optim.Adam(module.parameters(), lr=LR)
-    data = batches()
+    data = batches(lengths)
 
     def train(done: Callable[[], None]) -> list:
         losses = []
@@ -58,8 +58,9 @@ def trainer(module: torch.nn.Module) -> Run:
 
 def main() -> None:
     args = arguments(__doc__.splitlines()[0]).parse_args()
-    run = (decoder(model(), args.tokens) if args.workload == "decode" else trainer(model()))
-    result = run_timed(items(args.workload, args.tokens), run, 0.0, args.warm)
+    run = (decoder(model(), args.tokens) if args.workload == "decode"
+           else trainer(model(), args.lengths))
+    result = run_timed(items(args.workload, args.tokens, args.lengths), run, 0.0, args.warm)
     if "mindspore" in sys.modules:
         raise SystemExit("the torch eager worker imported MindSpore: its timings are void")
     emit({"side": "torch", "threads": torch.get_num_threads(), **result})

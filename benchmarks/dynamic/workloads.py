@@ -40,6 +40,8 @@ def arguments(description: str) -> argparse.ArgumentParser:
                         help="runs of the workload timed after the first (default 5)")
     parser.add_argument("--tokens", type=int, default=TOKENS,
                         help=f"decode: the length decoded to (default {TOKENS})")
+    parser.add_argument("--lengths", type=int, default=len(LENGTHS),
+                        help=f"train: the first N of the batch lengths {LENGTHS} (default all)")
     return parser
 
 
@@ -54,19 +56,20 @@ def prompt() -> torch.Tensor:
     return torch.randint(1, 100, (1, PROMPT), generator=torch.Generator().manual_seed(1))
 
 
-def batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """One epoch: (tokens, next tokens) for each length."""
+def batches(lengths: int = len(LENGTHS)) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch: (tokens, next tokens) for each of the first `lengths` lengths."""
     generator = torch.Generator().manual_seed(2)
     out = []
-    for length in LENGTHS:
+    for length in LENGTHS[:lengths]:
         tokens = torch.randint(0, 100, (BATCH, length + 1), generator=generator)
         out.append((tokens[:, :-1], tokens[:, 1:]))
     return out
 
 
-def items(workload: str, tokens: int) -> int:
-    """Calls per run: generated tokens (decoding to `tokens`), or training steps."""
-    return tokens - PROMPT if workload == "decode" else len(LENGTHS) * EPOCHS
+def items(workload: str, tokens: int, lengths: int) -> int:
+    """Calls per run: generated tokens (decoding to `tokens`), or training steps (`lengths`
+    batches an epoch)."""
+    return tokens - PROMPT if workload == "decode" else lengths * EPOCHS
 
 
 Run = Callable[[Callable[[], None]], list]  # a workload run: calls its argument after each item

@@ -72,6 +72,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=17)
     args = parser.parse_args()
     new = args.new_tokens
+    if new < 2:
+        parser.error("--new-tokens must be at least 2 (the decode step is timed)")
     ms.set_device("CPU")
     model = build(args.model, args.dtype)
     ids, mask = prompts(FULL, args.batch, model.config.get_text_config().vocab_size)

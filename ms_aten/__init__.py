@@ -11,6 +11,8 @@ import torch  # noqa: F401  (before the rest: libms_aten.so needs libtorch loade
 
 from . import optim
 from ._version import __version__
+from .decoding.causal_lm import CausalLM, causal_lm
+from .decoding.generate import GenerateOutput, generate
 from .native.build import BuildError
 from .native.convert import to_ms, to_torch
 from .native.host import request_blocking_run as _request_blocking_run
@@ -24,13 +26,11 @@ from .ops.bounded import ValueDependentOp
 from .ops.constants import ConstantError
 from .ops.infer import ShapeInferenceError, ValueDependentError
 from .ops.op import AtenOp, op
-from .programs.causal_lm import CausalLM, causal_lm
-from .programs.compiled import CompileCacheWarning, CompileWarning
+from .programs.base import CaptureError
+from .programs.compile.compiled import CompileCacheWarning, CompileWarning
 from .programs.function import TorchFunction, function
-from .programs.generate import GenerateOutput, generate
 from .programs.module import TorchModule, module
-from .programs.primitive import AtenFunction
-from .programs.program import CaptureError
+from .programs.runtime.primitive import AtenFunction
 
 _request_blocking_run()  # before MindSpore's first task reads it (native/host.py)
 _load_library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale

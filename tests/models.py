@@ -52,7 +52,8 @@ def t5(layers: int = 2, hidden: int = 32, heads: int = 4, seq: int = 7, target_s
        batch: int = 2, vocab: int = 64) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """An encoder-decoder (T5) and its inputs (ids, mask, decoder ids). Under autograd, its
     attention (an additive position bias that requires grad) returns other strides than its
-    capture saw: the model behind programs' view -> reshape (ms_aten/programs/program.py)."""
+    capture saw: the model behind programs' view -> reshape
+    (ms_aten/programs/lowering/program.py)."""
     import transformers
 
     config = transformers.T5Config(

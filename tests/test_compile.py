@@ -1,4 +1,4 @@
-"""compile=True (ms_aten/programs/compiled.py): whole models run as code AOTInductor compiled,
+"""compile=True (ms_aten/programs/compile/): whole models run as code AOTInductor compiled,
 against torch eager and autograd in both modes: the forward, every gradient and 10 Adam steps of
 GPT-2, BERT and a CNN with BatchNorm (its running statistics too); the on-disk cache; a changed
 input signature; dynamic shapes; buffers the compiled code writes in place (a KV cache: greedy
@@ -26,7 +26,8 @@ from test_optim import assert_follows_torch
 from training import train_ms, train_torch
 
 import ms_aten
-from ms_aten.programs import compile_cache, compiled
+from ms_aten.programs.compile import cache as compile_cache
+from ms_aten.programs.compile import compiled
 
 from common import run_fresh, set_mode, to_ms
 
@@ -180,7 +181,7 @@ def test_two_libraries_build_at_once_and_a_failed_second_process_builds_here(
     backward; if that process fails (its interpreter exits 1 at once) or does not start, the
     forward is built here after the backward, as right. Nothing but the two libraries' folders
     is left."""
-    from ms_aten.programs import aot_build
+    from ms_aten.programs.compile import aot_build
 
     if interpreter is not None:
         monkeypatch.setattr(aot_build.sys, "executable", interpreter)
@@ -201,7 +202,7 @@ def test_two_libraries_build_at_once_and_a_failed_second_process_builds_here(
 ISA_PROBE = """
 import json, sys, threading
 from torch._inductor import cpu_vec_isa
-from ms_aten.programs import compiled
+from ms_aten.programs.compile import compiled
 options = compiled.CompileOptions(cache_dir=sys.argv[1])  # nothing remembered there
 compiled.start_vector_isa_probe(options)
 alive = [t.name for t in threading.enumerate() if t.name.startswith("ms_aten ISA probe")]

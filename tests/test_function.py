@@ -11,7 +11,7 @@ from mindspore import nn
 from torch.export import Dim
 
 import ms_aten
-from ms_aten.programs.program import Signature
+from ms_aten.programs.base import Signature
 
 from common import MODES, BridgeKernel, OpCell, assert_same, run, set_mode, to_ms, to_torch
 

@@ -9,7 +9,7 @@ import torch
 import transformers
 
 import ms_aten
-from ms_aten.programs import grouped_attention
+from ms_aten.decoding import grouped_attention
 
 from common import MODES, set_mode
 

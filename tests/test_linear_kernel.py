@@ -9,7 +9,7 @@ import torch
 import transformers
 
 import ms_aten
-from ms_aten.programs import onednn_linear
+from ms_aten.decoding import onednn_linear
 
 from common import set_mode
 

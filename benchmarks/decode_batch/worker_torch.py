@@ -67,11 +67,11 @@ def bandwidth_gb_s(mib: int, tries: int = 5) -> float:
 
 @functools.cache
 def static_cache_module() -> ModuleType:
-    """ms_aten/programs/static_cache.py (it imports torch and transformers only), loaded from
-    its file: `import ms_aten.programs.static_cache` would run ms_aten's __init__, which
+    """ms_aten/decoding/static_cache.py (it imports torch and transformers only), loaded from
+    its file: `import ms_aten.decoding.static_cache` would run ms_aten's __init__, which
     imports MindSpore."""
     spec = importlib.util.spec_from_file_location(
-        "ms_aten_static_cache", ROOT / "ms_aten" / "programs" / "static_cache.py")
+        "ms_aten_static_cache", ROOT / "ms_aten" / "decoding" / "static_cache.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

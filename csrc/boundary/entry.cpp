@@ -258,8 +258,8 @@ int ms_aten_infer_shapes(const char* spec, int64_t site, const int* ndims,
       emit, context, error, error_size);
 }
 
-// A program family's output shapes for Python's __infer__ (ms_aten/programs/program.py), with
-// the sizes checked against their ranges: a bad size fails at the call.
+// A program family's output shapes for Python's __infer__ (ms_aten/programs/runtime/family.py),
+// with the sizes checked against their ranges: a bad size fails at the call.
 MS_ATEN_C_API int ms_aten_program_shapes(const char* spec, const int* ndims,
                                          const int64_t* const* shapes, ms_aten_emit_fn emit,
                                          void* context, char* error, size_t error_size) {

@@ -1,4 +1,4 @@
-// Graphs compiled ahead of time by AOTInductor (ms_aten/programs/compiled.py), run as one
+// Graphs compiled ahead of time by AOTInductor (ms_aten/programs/compile/compiled.py), run as one
 // dispatcher op, so that a compiled program is a program of one node (program.h):
 //   ms_aten::compiled(str key, Tensor[] inputs) -> Tensor[]   (and .random, for a random graph)
 //   ms_aten::compiled.writes(str key, Tensor[] inputs, Tensor(a!)[] written) -> Tensor[]

@@ -42,7 +42,7 @@ void forget_programs(const std::string& id);
 inline constexpr const char* kAnySignature = "*";
 
 // "float32[2, 8], int64[]": the dtypes and shapes of `count` buffers, as Python writes a
-// Signature (ms_aten/programs/program.py, Signature.describe).
+// Signature (ms_aten/programs/base.py, Signature.describe).
 std::string signature_key(int count, const int* ndims, const int64_t* const* shapes,
                           const char* const* dtypes);
 

@@ -1,7 +1,7 @@
 // A captured torch graph run as one kernel: a list of OpCalls (op/spec.h) over a table of
 // values, tensors and scalars.
 //
-// The spec (written by ms_aten/programs/program.py) is one line per entry, '\n'-separated:
+// The spec (written by ms_aten/programs/lowering/program.py) is one line per entry, '\n'-separated:
 //   program <call|vjp|vjp2> <%-escaped name> <n_inputs> <n_values> <rng: 0|1>
 //   s <value> <b0|b1|i<int>|f<float>>     a Python number in a Tensor slot: a 0-dim tensor marked
 //                                         as a wrapped number, so type promotion treats it as

@@ -1,8 +1,11 @@
-"""The program route: a whole torch graph as one MindSpore primitive.
+"""Whole torch graphs as MindSpore Cells: capture -> lower -> run, with compile beside lowering.
 
-capture (torch.export), program (the exported graph as a program of the op route's OpCalls,
-registered in the library), function (ms_aten.function: the forward and backward primitives),
-module (ms_aten.module: a torch module as a Cell), causal_lm (a language model over a static
-KV cache as a Cell) and generate (ms_aten.generate: the decoding loop over it). It imports the
-op route and the native layer.
+- `capture/`: torch.export of a module or function, and what the capture keeps or refuses.
+- `lowering/`: the exported graph as one program spec of the op route's OpCalls.
+- `compile/`: compile=True, the graph as AOTInductor's code, cached on disk.
+- `runtime/`: the program as MindSpore primitives and the Cell that calls them.
+- `module.py` (ms_aten.module) and `function.py` (ms_aten.function): the entry points.
+- `base.py`: what every stage shares (CaptureError, Signature, the compiled handle).
+
+It imports the op route (ms_aten.ops) and the native layer; ms_aten.decoding builds on it.
 """

@@ -6,12 +6,13 @@ from typing import Any
 
 from torch.export import ExportedProgram
 
-from .capture import DynamicShapes, FunctionModule, example_like, export
-from .cell import ProgramCell, call
-from .compiled import CompileOptions, compile_exported, start_vector_isa_probe
-from .primitive import AtenFunction
-from .program import Program, Signature, build
-from .structure import Inputs, Node, flat_nodes, output_nodes
+from .base import Signature
+from .capture.export import DynamicShapes, FunctionModule, example_like, export
+from .capture.structure import Inputs, Node, flat_nodes, output_nodes
+from .compile.compiled import CompileOptions, compile_exported, start_vector_isa_probe
+from .lowering.program import Program, build
+from .runtime.cell import ProgramCell, call
+from .runtime.primitive import AtenFunction
 
 
 class TorchFunction(ProgramCell):
@@ -43,7 +44,7 @@ def function(fn: Callable, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     as a MindSpore Cell that runs it in one kernel launch, captured with torch.export on the
     example call `fn(*args, **kwargs)`: tensors anywhere in args and kwargs are the Cell's
     inputs, the rest constants of the capture; see TorchFunction. `replace`: (pattern,
-    replacement[, example_inputs]) tuples, applied at every capture (rewrite.py);
+    replacement[, example_inputs]) tuples, applied at every capture (capture/rewrite.py);
     `fn.program.replaced` counts the matches.
 
     dynamic_shapes: torch.export's argument, one spec per argument or a dict by argument name

@@ -11,12 +11,13 @@ from mindspore import Parameter, ParameterTuple
 from torch.export import ExportedProgram
 
 from ..native.convert import to_ms, to_torch
-from .capture import DynamicShapes, example_like, export
-from .cell import ProgramCell, call
-from .compiled import CompileOptions, compile_exported, start_vector_isa_probe
-from .primitive import AtenFunction
-from .program import Program, Signature, build
-from .structure import Inputs, Node, output_nodes
+from .base import Signature
+from .capture.export import DynamicShapes, example_like, export
+from .capture.structure import Inputs, Node, output_nodes
+from .compile.compiled import CompileOptions, compile_exported, start_vector_isa_probe
+from .lowering.program import Program, build
+from .runtime.cell import ProgramCell, call
+from .runtime.primitive import AtenFunction
 
 # Each submodule's mode (torch's `training`), in named_modules' order: the root's first.
 Modes = tuple[bool, ...]
@@ -39,7 +40,7 @@ class TorchModule(ProgramCell):
     captured with its root in eval mode. `set_submodule_train(name, mode)` changes one subtree's
     train-mode mode later. Each mode tree is captured once. Buffers the graph updates (a KV
     cache, BatchNorm's running statistics in train mode) are written in place, into their
-    Parameters (inplace.py).
+    Parameters (lowering/inplace.py).
 
     Called as the module is, by position or keyword (`cell(input_ids=x, attention_mask=m)`),
     with the inputs nested as at capture; the constants of the capture (use_cache=False) may
@@ -55,10 +56,10 @@ class TorchModule(ProgramCell):
     Captured with `dynamic_shapes` (torch.export's argument), one program serves every size its
     ranges allow, and the Cell declares the dynamic sizes to MindSpore (`set_inputs` with None
     there), so GRAPH mode compiles it once too. `replace`: (pattern, replacement[,
-    example_inputs]) tuples applied at every capture (rewrite.py); `cell.program.replaced`
+    example_inputs]) tuples applied at every capture (capture/rewrite.py); `cell.program.replaced`
     counts the matches. `strict`: torch.export's argument; None tries non-strict, then strict.
     `compile`: True (or a dict of options) runs each capture as code AOTInductor compiled
-    (compiled.py); `cell.program.compiled` says what that took.
+    (compile/compiled.py); `cell.program.compiled` says what that took.
     """
 
     # Whether a forward that a backward follows keeps its autograd graph (AtenFunction).

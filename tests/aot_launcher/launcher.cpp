@@ -28,7 +28,7 @@
 // MindSpore also calls <func>InferShape while it compiles a graph, from Python's shape notes;
 // that is not part of a launch, and the output shapes come from the plan here.
 // A whole program is registered first, as ms_aten's Python does before MindSpore builds its kernel
-// (ms_aten/programs/program.py, register): ms_aten_program_register(family, key, call, vjp).
+// (ms_aten/programs/runtime/family.py, register): ms_aten_program_register(family, key, call, vjp).
 //
 // AotExtra crosses the boundary as a C++ object whose virtual functions take std::string, in the
 // pre-C++11 ABI MindSpore is built with: this file must be compiled with

@@ -18,8 +18,9 @@ import ms_aten
 from ms_aten.native import library
 from ms_aten.ops.binding import SPEC_ATTR
 from ms_aten.ops.grad import AtenVjp
+from ms_aten.programs.lowering.program import RNG_STATE_BYTES
 from ms_aten.programs.module import TorchModule
-from ms_aten.programs.program import RNG_STATE_BYTES, family_spec
+from ms_aten.programs.runtime.family import family_spec
 
 from .cases import MS_DTYPES, OP_CASES, PROGRAM, SPECS, save
 

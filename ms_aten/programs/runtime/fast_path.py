@@ -15,8 +15,10 @@ from typing import Any, Protocol
 
 from mindspore import Tensor
 
-from ..native import dtypes, pyboost
-from .program import Program, Signature, family_spec
+from ...native import dtypes, pyboost
+from ..base import Signature
+from ..lowering.program import Program
+from .family import family_spec
 
 STATE_ATTR = "_ms_aten_fast_path"
 

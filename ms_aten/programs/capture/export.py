@@ -1,5 +1,5 @@
-"""Capturing a torch module or function with torch.export, for the program route (program.py),
-with the user's subgraph replacements applied (rewrite.py)."""
+"""Capturing a torch module or function with torch.export, for the program route
+(lowering/program.py), with the user's subgraph replacements applied (rewrite.py)."""
 from __future__ import annotations
 
 import warnings
@@ -11,9 +11,9 @@ from torch._subclasses.fake_tensor import UnsupportedOperatorException
 from torch.export import ExportedProgram
 from torch.utils import _pytree as pytree
 
-from ..ops.schema import missing_meta_kernel
+from ...ops.schema import missing_meta_kernel
+from ..base import CaptureError, Signature
 from . import autograd_constructs, rewrite
-from .program import CaptureError, Signature
 
 # The FutureWarning every torch.export of torch 2.13 prints from its own code.
 _TORCH_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"

@@ -1,6 +1,6 @@
 """compile=True: a captured graph compiled ahead of time by AOTInductor, run as one op.
 
-A program interprets its graph op by op (program.py); a compiled one has a single node,
+A program interprets its graph op by op (lowering/program.py); a compiled one has a single node,
 `ms_aten::compiled(key, inputs)` (csrc/program/compiled.h), whose kernel runs shared objects
 that torch's own compiler generated for the whole graph, fused loops and all. Everything around
 it stays as for any program: MindSpore's Parameters are its weights, MindSpore's buffers its
@@ -19,7 +19,7 @@ the autograd node the op records.
   what it differentiates, torch's version, the CPU's vector ISA and the thread count the code is
   generated for (ms_aten's: its kernels run on ms_aten's launch thread, in ATen's one OpenMP
   team). A second Cell of the same model compiles nothing. An entry is checked whole before it
-  is loaded, and a damaged one compiled again (compile_cache.py); the ISA is remembered in the
+  is loaded, and a damaged one compiled again (cache.py); the ISA is remembered in the
   cache, so that loading needs no C++ compiler.
 - Buffers the graph updates: an inference graph writes them in place, inside the compiled code
   (a KV cache's new rows and nothing else: `copy_` of the new value into the buffer, which
@@ -53,9 +53,11 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, InputSpec, OutputKind
 
-from ..native import library
-from ..native.threads import get_num_threads
-from . import aot_build, autograd_functions, compile_cache
+from ...native import library
+from ...native.threads import get_num_threads
+from ..base import Compiled
+from ..capture import autograd_functions
+from . import aot_build, cache
 from .derivatives import differentiated, without_autograd
 
 LOG = logging.getLogger("ms_aten")
@@ -113,18 +115,6 @@ class CompileOptions:
         if self.cache_dir is not None:
             return Path(self.cache_dir)
         return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "ms_aten" / "compiled")
-
-
-@dataclass(frozen=True)
-class Compiled:
-    """What compiling one capture did: its cache key and directory, whether it was compiled now
-    (else loaded from the cache) and how long that took."""
-
-    key: str
-    path: Path
-    training: bool
-    cached: bool
-    seconds: float
 
 
 def compile_exported(exported: ExportedProgram, name: str, options: CompileOptions,
@@ -237,7 +227,7 @@ class _Graph:
     def replace_with(self, key: str, in_place: bool) -> None:
         """The graph becomes one ms_aten.compiled call over its tensor inputs; `in_place`: the
         call writes the buffers the graph updates (compiled.writes), and the graph gives each
-        buffer itself as its new value (inplace.py)."""
+        buffer itself as its new value (lowering/inplace.py)."""
         graph = self.exported.graph_module.graph
         written = {k: self.placeholders[i] for i, k in self.writes} if in_place else {}
         with graph.inserting_before(self.output):
@@ -299,9 +289,9 @@ def start_vector_isa_probe(options: CompileOptions) -> None:
     child process, one after another, the first time a process compiles (its answer is then
     cached in the process, the builds in Inductor's cache): 6.5 s in line on this 2-core VM with
     a cold cache, 3.6 s in threads. _vector_isa(), which every compile asks first, joins them.
-    Nothing starts where the cache remembers the answer (compile_cache.remembered_isa)."""
+    Nothing starts where the cache remembers the answer (cache.remembered_isa)."""
     if _isa_probes or platform.machine() not in ("x86_64", "AMD64") or \
-            compile_cache.remembered_isa(options.directory()) is not None:
+            cache.remembered_isa(options.directory()) is not None:
         return
     # What a probe imports, imported here: a failed probe is cached as "no such ISA" for the
     # process, and imports in three threads beside the capture's own are a risk it need not take.
@@ -322,7 +312,7 @@ def start_vector_isa_probe(options: CompileOptions) -> None:
 def _vector_isa(root: Path) -> str:
     """The ISA cache keys name: the one the cache under `root` remembers, else Inductor's
     answer (remembered from now on)."""
-    remembered = compile_cache.remembered_isa(root)
+    remembered = cache.remembered_isa(root)
     if remembered is not None:
         return remembered
     from torch._inductor.cpu_vec_isa import pick_vec_isa
@@ -331,7 +321,7 @@ def _vector_isa(root: Path) -> str:
         thread.join()
     isa = pick_vec_isa()
     if isa:  # not without a working compiler, which the next process may have
-        compile_cache.remember_isa(root, str(isa))
+        cache.remember_isa(root, str(isa))
     return str(isa)
 
 
@@ -365,7 +355,7 @@ def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
     spec = _cached(directory, name)
     cached = spec is not None
     if spec is None:
-        compile_cache.clean(root)
+        cache.clean(root)
         # Built beside the cache entry and renamed into place: a cache entry is whole or absent.
         staging = directory.with_name(f"{key}.{os.getpid()}.tmp")
         shutil.rmtree(staging, ignore_errors=True)
@@ -378,7 +368,7 @@ def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
                     autograd_functions.inline():
                 lines += (_compile_training(graph, staging) if training
                           else _compile_inference(graph, staging))
-            compile_cache.seal(staging, lines)
+            cache.seal(staging, lines)
         except BaseException:  # a failed compile, a Ctrl-C: nothing is left in the cache
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -386,7 +376,7 @@ def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
             staging.rename(directory)
         except OSError:  # another process cached it first
             shutil.rmtree(staging, ignore_errors=True)
-        spec = compile_cache.read(directory)
+        spec = cache.read(directory)
     seconds = time.perf_counter() - start
     _register(key, spec, directory)
     if not cached:
@@ -402,11 +392,11 @@ def _cached(directory: Path, name: str) -> str | None:
     if not directory.exists():
         return None
     try:
-        return compile_cache.read(directory)
-    except compile_cache.Damaged as damage:
+        return cache.read(directory)
+    except cache.Damaged as damage:
         warnings.warn(f"ms_aten: {name}: the compile cache's entry {directory} is damaged "
                       f"({damage}); it is compiled again", CompileCacheWarning, stacklevel=6)
-    compile_cache.discard(directory)
+    cache.discard(directory)
     return None
 
 

@@ -11,19 +11,15 @@ from mindspore import ops
 from mindspore.common import dtype as mstype
 from mindspore.ops import signature as sig
 
-from ..native import dtypes, library, memory, pyboost, threads
-from ..ops.binding import SPEC_ATTR
-from ..ops.grad import with_arity
-from ..ops.infer import ShapeInferenceError, flatten_infer_args
-from ..ops.primitive import graph_mode, unique_id
+from ...native import dtypes, library, memory, pyboost, threads
+from ...ops.binding import SPEC_ATTR
+from ...ops.grad import with_arity
+from ...ops.infer import ShapeInferenceError, flatten_infer_args
+from ...ops.primitive import graph_mode, unique_id
+from ..base import Signature
+from ..lowering.program import Program
 from . import fast_path
-from .program import (
-    Program,
-    Signature,
-    family_spec,
-    output_shapes,
-    register,
-)
+from .family import family_spec, output_shapes, register
 
 Recapture = Callable[[Signature], Program]
 _SHAPES_KEPT = 64  # input-shape signatures whose output shapes an AtenFunction remembers

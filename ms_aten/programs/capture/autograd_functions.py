@@ -32,7 +32,7 @@ from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
-from .errors import CaptureError
+from ..base import CaptureError
 
 NAMESPACE = "ms_aten_autograd"
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
@@ -196,7 +196,7 @@ def is_function_node(target: Callable) -> bool:
 def identities(gm: torch.fx.GraphModule) -> list[str]:
     """What each Function node of a graph applies, in order: its class, its methods' code and
     its constants. A node's key is only a number of this process, so a cache of compiled code
-    (compiled.py) keys on these."""
+    (compile/compiled.py) keys on these."""
     found = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and is_function_node(node.target):

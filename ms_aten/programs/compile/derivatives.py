@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.export.graph_signature import InputKind, InputSpec
 
-from ..native import library
+from ...native import library
 
 
 def differentiated(value: Any, spec: InputSpec, differentiable: Callable[[InputSpec], bool]

@@ -14,7 +14,7 @@ from mindspore import Tensor, nn, ops
 
 from . import logits_process
 from .causal_lm import CausalLM
-from .decode_checks import check_sampling, check_tokens
+from .checks import check_sampling, check_tokens
 from .logits_process import last_logits, mark, penalize, sample
 
 # The attribute of a CausalLM that holds its decode loops (_loop).

@@ -6,10 +6,11 @@ from typing import Any
 
 from mindspore import PYNATIVE_MODE, Tensor, get_context, nn
 
-from ..native import dtypes
+from ...native import dtypes
+from ..base import Signature
+from ..capture.structure import LEAVES, Inputs, Node, build, check_call, pick
+from ..lowering.program import Program
 from .primitive import AtenFunction
-from .program import Program, Signature
-from .structure import LEAVES, Inputs, Node, build, check_call, pick
 
 
 class ProgramCell(nn.Cell):

@@ -10,12 +10,12 @@ import torch
 from mindspore import Tensor, nn, ops
 from torch.export import Dim, ExportedProgram
 
+from ..programs.base import CaptureError
+from ..programs.capture.structure import LEAVES, build
+from ..programs.module import TorchModule
+from ..programs.runtime.cell import call
 from . import grouped_attention, onednn_linear
-from .cell import call
-from .decode_checks import check_tokens
-from .errors import CaptureError
-from .module import TorchModule
-from .structure import LEAVES, build
+from .checks import check_tokens
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -47,8 +47,8 @@ class CausalLM(TorchModule):
     (batch, cache_position[-1] + 1), and a logits_to_keep that is negative or holds a position
     outside input_ids.
 
-    `compile=True`: the step runs as code AOTInductor compiled (compiled.py), one library for
-    every sequence length, which writes the cache's new rows in place itself.
+    `compile=True`: the step runs as code AOTInductor compiled (programs/compile/compiled.py),
+    one library for every sequence length, which writes the cache's new rows in place itself.
 
     Grouped-query attention reads the cache's key/value heads as they are (SDPA's enable_gqa,
     grouped_attention.py) instead of transformers' repeat_kv copies; `grouped_attentions`

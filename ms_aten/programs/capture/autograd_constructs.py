@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
+from ..base import CaptureError
 from . import autograd_functions
-from .errors import CaptureError
 
 _WRAP_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 

@@ -297,7 +297,7 @@ class Inputs:
                 raise TypeError(f"{self.owner}: input '{argument.label}' is {_describe(spec)}, "
                                 f"where the capture's was {_describe(argument.spec)}")
             for value, captured in zip(values, argument.leaves, strict=True):
-                if captured is _TENSOR:  # the Cell checks it is a Tensor (cell.py)
+                if captured is _TENSOR:  # the Cell checks it is a Tensor (runtime/cell.py)
                     leaves.append(value)
                 elif not _same_constant(value, captured):
                     raise TypeError(

@@ -11,8 +11,8 @@ Parameter (csrc/program/program.h):
 - otherwise the new value is copied into the buffer after the program (`c` lines): BatchNorm's
   running statistics, which one node computes beside its output;
 - where the graph gives the buffer itself as its new value, a node of it wrote the buffer as an
-  argument its schema writes (compile=True's `ms_aten.compiled.writes`, compiled.py): nothing is
-  left to do.
+  argument its schema writes (compile=True's `ms_aten.compiled.writes`, compile/compiled.py):
+  nothing is left to do.
 torch.fx.passes.reinplace does not fit: it never re-inplaces a graph input (its step 1b), and a
 buffer is one here. The VJP runs the functional graph, which writes nothing.
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops.schema import is_written
+from ...ops.schema import is_written
 from . import symbolic
 
 aten = torch.ops.aten

@@ -7,11 +7,9 @@ library runs the whole list in one kernel launch, and its VJP in one more.
 """
 from __future__ import annotations
 
-import ctypes
 import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 from urllib.parse import quote
 
@@ -19,59 +17,17 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ConstantArgument, InputKind, OutputKind
 
-from ..native import dtypes, library
-from ..ops import constants as consts
-from ..ops.infer import EMIT, ERROR_BYTES, c_shapes
-from ..ops.schema import is_written
+from ...native import dtypes
+from ...ops import constants as consts
+from ...ops.schema import is_written
+from ..base import CaptureError, Compiled, Shape, Signature
+from ..capture.rewrite import REPLACED
 from . import inplace, symbolic
-from .compiled import Compiled
-from .errors import CaptureError
 
-# The family key of a capture with dynamic shapes (csrc/program/family.h, kAnySignature).
-ANY_SIGNATURE = "*"
 # Torch's CPU generator state, which the forward of a random program hands to its VJP.
 RNG_STATE_BYTES = torch.get_rng_state().numel()
 # The handle of the autograd graph a forward keeps for its VJP (csrc/program/saved.h).
 HANDLE_SHAPE: tuple[int, ...] = (1,)
-# The graph module's meta entry where rewrite.py leaves how many matches it replaced.
-REPLACED = "ms_aten_replaced"
-
-
-Shape = tuple[int | None, ...]  # None: a size torch.export keeps symbolic (dynamic_shapes)
-
-
-@dataclass(frozen=True)
-class Signature:
-    """Shapes and torch dtypes of a program's inputs, as captured."""
-
-    shapes: tuple[Shape, ...]
-    dtypes: tuple[torch.dtype, ...]
-
-    @property
-    def dynamic(self) -> bool:
-        return any(size is None for shape in self.shapes for size in shape)
-
-    def describe(self) -> str:
-        """"float32[2, 8], int64[]" ("?" for a dynamic size): for a static capture, also the
-        key of a family's programs in the library (csrc/program/family.cpp, signature_key)."""
-        return ", ".join(
-            f"{str(d).removeprefix('torch.')}[{', '.join('?' if n is None else str(n) for n in s)}]"
-            for s, d in zip(self.shapes, self.dtypes, strict=True))
-
-    def mismatch(self, other: Signature) -> str | None:
-        """Why `other` (a call's signature, -1 for a size not known yet) cannot run a program
-        captured with this one, or None."""
-        if len(other.shapes) != len(self.shapes):
-            return f"{len(other.shapes)} inputs, where the program takes {len(self.shapes)}"
-        for i, (shape, dtype, got_shape, got_dtype) in enumerate(zip(
-                self.shapes, self.dtypes, other.shapes, other.dtypes, strict=True)):
-            sizes_fit = len(got_shape) == len(shape) and all(
-                want is None or got in (want, -1) for want, got in zip(shape, got_shape,
-                                                                        strict=True))
-            if got_dtype != dtype or not sizes_fit:
-                return (f"input {i} is {Signature((got_shape,), (got_dtype,)).describe()}, where "
-                        f"the program takes {Signature((shape,), (dtype,)).describe()}")
-        return None
 
 
 def _shape(sizes) -> Shape:
@@ -100,8 +56,8 @@ class Program:
     reinplaced: tuple[str, ...]  # those whose new value the op computing it writes in place
     random: bool  # the forward has one more output, the RNG state its VJP replays
     n_nodes: int
-    replaced: int = 0  # subgraphs replace= put the user's replacement in place of (rewrite.py)
-    compiled: Compiled | None = None  # compile=True: what AOTInductor's compile did (compiled.py)
+    replaced: int = 0  # matches replace= put the user's replacement in (capture/rewrite.py)
+    compiled: Compiled | None = None  # what compile=True built (compile/compiled.py)
 
     @property
     def dynamic(self) -> bool:
@@ -129,7 +85,7 @@ class Program:
 
     def result_shapes(self) -> list[list[int]]:
         """The forward primitive's output shapes, for a static capture (a dynamic one's come
-        from the library: output_shapes)."""
+        from the library: runtime/family.py, output_shapes)."""
         assert not self.dynamic, "a dynamic capture's shapes depend on its inputs"
         states = [[RNG_STATE_BYTES]] * self.random + [list(HANDLE_SHAPE)]
         return [[int(n) for n in s if n is not None] for s in self.output_shapes] + states
@@ -534,52 +490,3 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
         replaced=exported.graph_module.meta.get(REPLACED, 0),
         compiled=compiled)
     return program
-
-
-def register(family: str, program: Program) -> None:
-    """Hands a capture to the library under its family and input signature (csrc/
-    program/family.h; a dynamic capture under "*", every signature), which decodes both specs
-    now: a node it cannot run fails before any launch, as a CaptureError."""
-    lib = library.load()
-    lib.ms_aten_program_register.argtypes = [ctypes.c_char_p] * 4 + [ctypes.c_char_p,
-                                                                      ctypes.c_size_t]
-    error = ctypes.create_string_buffer(4096)
-    key = ANY_SIGNATURE if program.dynamic else program.signature.describe()
-    if lib.ms_aten_program_register(family.encode(), key.encode(),
-                                    program.spec.encode(), program.vjp_spec.encode(),
-                                    error, len(error)):
-        message = error.value.decode().removeprefix("ms_aten: program: ")
-        raise CaptureError(f"ms_aten: {program.name}: {message}")
-
-
-@cache
-def _shapes_function():
-    function = library.load().ms_aten_program_shapes
-    function.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int),
-                         ctypes.POINTER(ctypes.POINTER(ctypes.c_int64)), EMIT, ctypes.c_void_p,
-                         ctypes.c_char_p, ctypes.c_size_t]
-    function.restype = ctypes.c_int
-    return function
-
-
-def output_shapes(family: str, shapes: Sequence[Sequence[int]]) -> list[list[int]]:
-    """A dynamic capture's output shapes for inputs of these shapes (-1: not known yet), from
-    the library (family: the primitive's spec attribute), which checks each size against its
-    range: ValueError naming the input, the dim, the size and the range."""
-    ndims, pointers = c_shapes(shapes)
-    out: list[list[int]] = []
-
-    def emit(_context, ndim: int, dims, _dtype: bytes) -> None:
-        out.append([dims[i] for i in range(ndim)])
-
-    error = ctypes.create_string_buffer(ERROR_BYTES)
-    if _shapes_function()(family.encode(), ndims, pointers, EMIT(emit), None, error,
-                          ERROR_BYTES):
-        raise ValueError(error.value.decode(errors="replace"))
-    return out
-
-
-def family_spec(kind: str, program: Program, family: str) -> str:
-    """The primitive attribute of a program family's forward ("call") or VJP kernel."""
-    return (f"family {kind} {quote(program.name, safe='')} {family} {program.n_weights} "
-            f"{len(program.signature.shapes)}")

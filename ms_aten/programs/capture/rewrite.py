@@ -1,7 +1,7 @@
 """Subgraph replacement in a captured graph: the `replace=` of ms_aten.module and
 ms_aten.function, in the spirit of torch.fx's subgraph_rewriter.
 
-Each pattern is captured as the model is (capture.py hands its capture in), so it is a graph of
+Each pattern is captured as the model is (export.py hands its capture in), so it is a graph of
 the same ATen nodes the model's graph holds. torch.fx's SubgraphMatcher finds it: the same ops
 on the same literal arguments, wired the same way, with no value inside a match used outside
 it (overlapping matches: the first wins). replace_pattern_with_filters splices the replacement
@@ -21,9 +21,12 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.passes.utils.matcher_utils import InternalMatch
 from torch.fx.subgraph_rewriter import replace_pattern_with_filters
 
-from .program import REPLACED, CaptureError, Signature
+from ..base import CaptureError, Signature
 
-# capture.py's capture of a plain function: (fn, example inputs, name) -> ExportedProgram.
+# The graph module's meta entry where apply leaves how many matches it replaced, for
+# lowering's Program.replaced.
+REPLACED = "ms_aten_replaced"
+# export.py's capture of a plain function: (fn, example inputs, name) -> ExportedProgram.
 Trace = Callable[[Callable, tuple, str], ExportedProgram]
 # A pattern with no example inputs is captured on one of these per input: enough for patterns
 # whose ATen graph does not depend on shapes or dtypes (elementwise math, softmax(x, -1)).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING
 
-from .errors import CaptureError
+from ..programs.base import CaptureError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

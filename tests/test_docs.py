@@ -4,6 +4,7 @@ programs"); each runs in a fresh process from the repository root, and one that 
 mode runs once in each mode. Unmarked blocks are fragments and are not run."""
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -110,3 +111,23 @@ def test_only_marked_python_blocks_are_programs() -> None:
     programs, stray = parse(text, "page.md")
     assert programs == [Program("page.md", 6, "import a\na.run()\n")]
     assert stray == [9, 13]
+
+
+def _public_names(init: Path) -> set[str]:
+    """The __all__ of a package's __init__.py, read from the source as mkdocstrings reads it."""
+    tree = ast.parse(init.read_text())
+    return set(next(ast.literal_eval(node.value) for node in tree.body
+                    if isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)))
+
+
+def test_api_reference_lists_every_public_name() -> None:
+    """docs/api.md renders each name of ms_aten.__all__ and of ms_aten.optim's, and nothing
+    else: a name added to the package's face, or moved behind it, shows in the reference."""
+    rendered = re.findall(r"^::: ms_aten\.([\w.]+)$", (ROOT / "docs" / "api.md").read_text(),
+                          re.MULTILINE)
+    optimizers = {name.removeprefix("optim.") for name in rendered if name.startswith("optim.")}
+    # __version__ is a string; optim is a package, whose optimizers are rendered one by one.
+    assert {name for name in rendered if "." not in name} == \
+        _public_names(ROOT / "ms_aten" / "__init__.py") - {"__version__", "optim"}
+    assert optimizers == _public_names(ROOT / "ms_aten" / "optim" / "__init__.py")

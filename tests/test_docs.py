@@ -131,3 +131,10 @@ def test_api_reference_lists_every_public_name() -> None:
     assert {name for name in rendered if "." not in name} == \
         _public_names(ROOT / "ms_aten" / "__init__.py") - {"__version__", "optim"}
     assert optimizers == _public_names(ROOT / "ms_aten" / "optim" / "__init__.py")
+
+
+def test_readme_is_a_front_page() -> None:
+    """README.md stays a front page (issue 54): what it is, the capabilities, the two commands, a
+    quick start per capability and a line per result; the reference lives in docs/."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; move the detail into docs/"

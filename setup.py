@@ -27,9 +27,9 @@ NPU_INCLUDE_DIRS = ["include", "include/third_party/acl/inc"]
 
 # The C++ that talks to torch, by layer (csrc/README.md); boundary/extra_abi0.cpp is compiled
 # apart (see MsAtenBuild).
-TORCH_SOURCES = ["boundary/entry.cpp", "boundary/ms_ext.cpp", "kernel.cpp", "launch_thread.cpp",
-                 "launch_allocator.cpp",
-                 "view_cache.cpp",
+TORCH_SOURCES = ["boundary/entry.cpp", "boundary/ms_ext.cpp",
+                 "launch/kernel.cpp", "launch/launch_thread.cpp", "launch/launch_allocator.cpp",
+                 "launch/view_cache.cpp",
                  "program/program.cpp", "program/family.cpp", "program/scalars.cpp",
                  "program/saved.cpp", "program/compiled.cpp",
                  "op/spec.cpp", "op/results.cpp", "op/grad.cpp", "op/infer.cpp", "op/bounded.cpp",

@@ -90,7 +90,7 @@ class BridgeKernel:
         return error.value.decode()
 
     def uses_out(self) -> bool:
-        """Whether launches write through the op's out= overload (csrc/kernel.h)."""
+        """Whether launches write through the op's out= overload (csrc/launch/kernel.h)."""
         return self._api.ms_aten_kernel_uses_out(self.handle) == 1
 
 

@@ -1,8 +1,8 @@
 """A child process that fork() made after its parent launched uses ms_aten as the parent does
-(csrc/launch_thread.cpp, launch_allocator.cpp): a multiprocessing pool and a torch DataLoader's
-workers call a Cell whose work runs on the launch thread, in both modes, and get torch's
-answer. One fresh process, since the parent must have launched before it forks; every wait has
-a time limit, so that a hang fails the test."""
+(csrc/launch/launch_thread.cpp, launch_allocator.cpp): a multiprocessing pool and a torch
+DataLoader's workers call a Cell whose work runs on the launch thread, in both modes, and get
+torch's answer. One fresh process, since the parent must have launched before it forks; every
+wait has a time limit, so that a hang fails the test."""
 from __future__ import annotations
 
 import json

@@ -1,5 +1,5 @@
 """The large blocks ATen frees on ms_aten's launch thread are reused by the next launches
-(csrc/launch_allocator.h): a program whose intermediates glibc would map anew every call
+(csrc/launch/launch_allocator.h): a program whose intermediates glibc would map anew every call
 (blocks above its 32 MiB mmap threshold) page-faults them once, not at every call; the cache's
 limit holds; ms_aten.empty_cache() gives the blocks back. Each case in a fresh process, since
 the launch thread reads MS_ATEN_CPU_CACHE_MB when it starts."""

@@ -1,7 +1,7 @@
-"""ATen's work for ms_aten runs on one thread of its own (csrc/launch_thread.h), "ms_aten launch",
-whatever thread MindSpore launches from and whatever the import order, so ATen has one OpenMP
-team (its workers inherit the thread's name); work too small to split runs inline on the
-caller's thread. Checked in fresh processes by where the CPU time goes, thread by thread."""
+"""ATen's work for ms_aten runs on one thread of its own (csrc/launch/launch_thread.h),
+"ms_aten launch", whatever thread MindSpore launches from and whatever the import order, so ATen
+has one OpenMP team (its workers inherit the thread's name); work too small to split runs inline
+on the caller's thread. Checked in fresh processes by where the CPU time goes, thread by thread."""
 from __future__ import annotations
 
 import json

@@ -10,7 +10,7 @@ Per model and route (GRAPH mode, models/run.py's routes, ATen's default threads)
 1. wall: the median of synchronized calls, no profiler attached.
 2. torch's profiler inside the kernels: ms_aten's launches run in MindSpore's threads, which
    torch's profiler records with profile_all_threads=True; each launch is one event
-   ("ms_aten launch: <name>", csrc/kernel.cpp) whose children are the ATen ops it ran. A
+   ("ms_aten launch: <name>", csrc/launch/kernel.cpp) whose children are the ATen ops it ran. A
    forward launch splits into its ATen ops and the bridge around them; a VJP launch into the
    zeroing of its gradient outputs, the recompute (the ops before autograd starts), autograd's
    backward and the gradient writes (autograd's AccumulateGrad into MindSpore's buffers); an

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-// Implemented on the torch side (kernel.cpp). Never throw.
+// Implemented on the torch side (entry.cpp, over launch/kernel.h's Kernel). Never throw.
 // Builds the per-kernel state from an op spec; `error`, when not NULL, is kept and raised at
 // launch instead, because MindSpore reports a failing Init only as "CreateKernel".
 MS_ATEN_C_API void* ms_aten_kernel_create(const char* spec, const char* error);

@@ -81,7 +81,7 @@ class Kernel {
   Kernel& operator=(const Kernel&) = delete;
 
   const std::string& name() const { return name_; }
-  // Whether launches write through the op's out= overload (csrc/kernel.h).
+  // Whether launches write through the op's out= overload (csrc/launch/kernel.h).
   bool uses_out() const { return ms_aten_kernel_uses_out(handle_) == 1; }
 
   // For a VJP kernel (spec "vjp[k] ..."): the VJP of this VJP (spec "vjp<k+1> ..."), built on

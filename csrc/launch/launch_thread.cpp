@@ -1,6 +1,6 @@
-#include "launch_thread.h"
+#include "launch/launch_thread.h"
 
-#include "launch_allocator.h"
+#include "launch/launch_allocator.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE

@@ -1,4 +1,4 @@
-#include "kernel.h"
+#include "launch/kernel.h"
 
 #include <ATen/record_function.h>
 
@@ -7,7 +7,7 @@
 #include "boundary/bridge_abi.h"
 #include "boundary/ms_ext.h"
 #include "device/device.h"
-#include "launch_thread.h"
+#include "launch/launch_thread.h"
 #include "op/bounded.h"
 #include "op/grad.h"
 #include "op/mutate.h"

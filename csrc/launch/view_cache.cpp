@@ -1,4 +1,4 @@
-#include "view_cache.h"
+#include "launch/view_cache.h"
 
 #include <algorithm>
 

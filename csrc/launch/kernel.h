@@ -3,8 +3,8 @@
 // The primitive attribute holds one spec, or two separated by ';': the functional call, then
 // the out= overload to try first (or the in-place one, where out= is only a composite wrapper
 // that allocates and copies); or a mutating call that writes its inputs (op/mutate.h); or a whole
-// program (program.h), whose spec starts with "program"; or a family of programs, one per input
-// signature (program/family.h), "family".
+// program (program/program.h), whose spec starts with "program"; or a family of programs, one
+// per input signature (program/family.h), "family".
 #pragma once
 
 #include <atomic>
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "launch/view_cache.h"
 #include "op/spec.h"
 #include "program/family.h"
 #include "program/program.h"
-#include "view_cache.h"
 
 namespace ms_aten {
 

@@ -1,4 +1,4 @@
-#include "launch_allocator.h"
+#include "launch/launch_allocator.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>

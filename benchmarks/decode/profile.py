@@ -15,9 +15,9 @@ import collections
 
 import mindspore as ms
 import numpy as np
-import torch
 
 import ms_aten
+from benchmarks.common.profiler import profile_all_threads
 from benchmarks.decode.workloads import WORKLOADS, model, prompt
 
 # The ops that write into a tensor, and which of their inputs holds what they write.
@@ -37,9 +37,7 @@ def main() -> None:
     token = logits.asnumpy()[:, -1].argmax(-1)[:, None]
     position = ids.shape[1]
     lm(ms.Tensor(token), ms.Tensor([position])).asnumpy()  # compiled and warm
-    config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                record_shapes=True, experimental_config=config) as prof:
+    with profile_all_threads(record_shapes=True) as prof:
         for i in range(args.tokens):
             logits = lm(ms.Tensor(token), ms.Tensor([position + 1 + i]))
             token = logits.asnumpy()[:, -1].argmax(-1)[:, None]

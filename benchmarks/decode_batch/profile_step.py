@@ -20,9 +20,9 @@ import collections
 import time
 
 import mindspore as ms
-import torch
 
 import ms_aten
+from benchmarks.common.profiler import profile_all_threads
 from benchmarks.decode.workloads import static_cache_wrapper
 from benchmarks.decode_batch.run import BANDWIDTH_MIB, bound
 from benchmarks.decode_batch.worker_ms_aten import generator
@@ -47,9 +47,7 @@ def part(name: str) -> str | None:
 def profiled(generate: Generate, new: int) -> tuple[float, dict[str, float], dict[str, int]]:
     """A generation of `new` tokens under the profiler: its seconds, and per part its self CPU
     ms and calls."""
-    config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                experimental_config=config) as prof:
+    with profile_all_threads() as prof:
         start = time.perf_counter()
         generate(new)
         wall = time.perf_counter() - start

@@ -113,11 +113,9 @@ def op_totals(prof, calls: int) -> dict[str, list[float]]:
 
 def torch_profile(call: Callable[[], object], calls: int) -> tuple[dict, dict]:
     """The launches' phases and the ATen ops' totals, from torch's profiler on all threads."""
-    import torch
+    from benchmarks.common.profiler import profile_all_threads
 
-    config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                experimental_config=config) as prof:
+    with profile_all_threads() as prof:
         for _ in range(calls):
             call()
     return aten_phases(list(prof.events()), calls), op_totals(prof, calls)

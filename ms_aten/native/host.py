@@ -12,7 +12,7 @@ unless the user set it (to any value) or the device is not the CPU, where the as
 launch lets the host run ahead of the device.
 
 OpenMP needs nothing of the kind: ms_aten's ATen work runs on one thread of its own, one OpenMP
-team (csrc/launch_thread.h), and OMP_WAIT_POLICY is left to the user.
+team (csrc/launch/launch_thread.h), and OMP_WAIT_POLICY is left to the user.
 """
 from __future__ import annotations
 

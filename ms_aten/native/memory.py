@@ -1,6 +1,6 @@
-"""The cache of the large blocks ATen frees on ms_aten's launch thread (csrc/launch_allocator.h):
-a launch reuses the memory the launches before it freed, where glibc would give it back to the
-system and page-fault it in anew."""
+"""The cache of the large blocks ATen frees on ms_aten's launch thread
+(csrc/launch/launch_allocator.h): a launch reuses the memory the launches before it freed, where
+glibc would give it back to the system and page-fault it in anew."""
 from __future__ import annotations
 
 import ctypes
@@ -9,7 +9,7 @@ import os
 from . import library
 
 ENV = "MS_ATEN_CPU_CACHE_MB"
-# The most MiB whose bytes the library's int64 limit holds (csrc/launch_allocator.cpp).
+# The most MiB whose bytes the library's int64 limit holds (csrc/launch/launch_allocator.cpp).
 MAX_MB = (2**63 - 1) >> 20
 
 

@@ -71,7 +71,7 @@ class AtenOp(CppInferred):
             self.add_prim_attr("side_effect_io", True)
 
     def spec(self, pattern: Pattern | None) -> str:
-        """The forward spec for a call pattern: the functional call, then (csrc/kernel.h) the
+        """The forward spec for a call pattern: the functional call, then (csrc/launch/kernel.h) the
         overload that writes MindSpore's output: the in-place one where out= is only a
         composite wrapper, else out=."""
         binding = self.binding

@@ -206,7 +206,8 @@ def inplace_variant(schema: Schema) -> Schema | None:
     """The in-place overload (relu_ for relu) that computes the functional `schema` into its
     first argument, where that beats the out= overload: one Tensor returned, an out= overload
     that is only the composite wrapper (functional, then a copy: relu.out allocates its result),
-    and an in-place overload with a kernel of its own (csrc/kernel.h runs it on the output)."""
+    and an in-place overload with a kernel of its own (csrc/launch/kernel.h runs it on the
+    output)."""
     if len(schema.returns) != 1 or str(schema.returns[0].type) != "Tensor":
         return None
     out = out_variant(schema)

@@ -326,7 +326,7 @@ def _vector_isa(root: Path) -> str:
 
 
 def _threads() -> int:
-    """The OpenMP team size ms_aten's kernels run with (csrc/launch_thread.h)."""
+    """The OpenMP team size ms_aten's kernels run with (csrc/launch/launch_thread.h)."""
     return get_num_threads() or torch.get_num_threads()
 
 

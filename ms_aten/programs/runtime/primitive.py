@@ -28,7 +28,7 @@ _SHAPES_KEPT = 64  # input-shape signatures whose output shapes an AtenFunction 
 def _register(family: str, program: Program) -> None:
     """Hands a capture to the library. The capture's torch work, like the model's construction
     before it, left this thread an OpenMP team, idle from now on: its workers are given back,
-    so that the launch thread's is the process's one team (csrc/launch_thread.h); and the
+    so that the launch thread's is the process's one team (csrc/launch/launch_thread.h); and the
     memory its temporaries freed goes back to the system (memory.release_free_heap)."""
     register(family, program)
     threads.release_idle_team()

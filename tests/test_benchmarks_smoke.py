@@ -1,13 +1,15 @@
 """Smoke test of the benchmark harness: each family's driver (`python -m benchmarks.ops.run`,
 `benchmarks.models.run`, `benchmarks.dynamic.run`, `benchmarks.decode.run`,
 `benchmarks.compiled.run`, `benchmarks.decode_batch.run`) runs with --quick
-and writes its results.
+and writes its results: a summary per cell, <family>/<cell>.json, and the family's report,
+<family>/README.md.
 
 No timing is asserted: the numbers depend on the machine and its load.
 """
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,29 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TIME_LIMIT_S = 300  # the quick run takes well under a minute; this only stops a hang
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def cells(folder: Path) -> dict[str, dict]:
+    """The summaries a run wrote in a family's folder, by cell."""
+    return {path.stem: json.loads(path.read_text()) for path in sorted(folder.glob("*.json"))}
+
+
+def assert_hashed(summary: dict, what: str) -> None:
+    """A summary of a run that checked decoded tokens keeps their sha256, not the tokens: the
+    hash, and no list of integers anywhere in the summary longer than a few entries."""
+    assert SHA256.fullmatch(summary[what]["sha256"]), summary[what]
+    assert "json.dumps" in summary[what]["sha256_of"]
+
+    def lists(value: object) -> list[list]:
+        if isinstance(value, dict):
+            return [x for v in value.values() for x in lists(v)]
+        if isinstance(value, list):
+            nested = [x for v in value for x in lists(v)]
+            return nested + ([value] if all(type(v) is int for v in value) else [])
+        return []
+    token_like = [values for values in lists(summary) if len(values) > 4]
+    assert not token_like, f"token lists in the summary: {token_like}"
 
 
 @pytest.mark.slow
@@ -25,18 +50,20 @@ def test_quick_benchmark_writes_table_json_and_plot(tmp_path: Path) -> None:
                           timeout=TIME_LIMIT_S)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
 
-    table = (tmp_path / "results.md").read_text()
+    table = (tmp_path / "ops" / "README.md").read_text()
+    assert "## quick" in table
     assert "| op | size |" in table
     assert "Where ms_aten beats MindSpore's native CPU kernel" in table
 
-    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(cells(tmp_path / "ops")) == {"quick"}
+    results = cells(tmp_path / "ops")["quick"]
     assert results["meta"]["quick"] is True
     assert results["cases"], "no op was benchmarked"
     for case in results["cases"]:
         assert case["aten_out_us"] > 0
         assert {route["status"] for route in case["routes"]} <= {"ok", "wrong", "n/a"}
 
-    plot = tmp_path / "speed.png"
+    plot = tmp_path / "ops" / "quick.png"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -48,7 +75,15 @@ def test_quick_model_benchmark_checks_every_route_and_counts_launches(tmp_path: 
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=TIME_LIMIT_S)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
-    row = json.loads((tmp_path / "models.json").read_text())["models"]["gpt2-tiny"]
+    summaries = cells(tmp_path / "models")
+    assert set(summaries) == {"gpt2-tiny_forward", "gpt2-tiny_training"}
+    row: dict[str, dict] = {"torch": {}, "ms_aten": {}}
+    for cell in summaries.values():
+        for side, entries in row.items():
+            entries.update(cell[side])
+    forward = summaries["gpt2-tiny_forward"]
+    assert {entry["vs"] for entry in forward["ms_aten"].values()} == set(forward["torch"]) == {
+        "forward"}
     launches = {route: entry["launches"] for route, entry in row["ms_aten"].items()}
     assert launches["GRAPH forward cell(x)"] == launches["PYNATIVE forward cell(x)"] == 1
     assert launches["GRAPH forward+backward"] == launches["PYNATIVE forward+backward"] == 2
@@ -57,6 +92,7 @@ def test_quick_model_benchmark_checks_every_route_and_counts_launches(tmp_path: 
     assert launches["GRAPH step ms_aten.optim.Adam"] == 3  # the update is one more launch
     assert all(entry["ms"] > 0 for side in ("torch", "ms_aten") for entry in row[side].values())
     assert row["torch"]["forward"]["per_process_ms"]  # the torch side ran, apart
+    assert "| GRAPH forward cell(x) |" in (tmp_path / "models" / "README.md").read_text()
 
 
 def test_quick_dynamic_benchmark_checks_both_workloads_on_every_route(tmp_path: Path) -> None:
@@ -68,14 +104,16 @@ def test_quick_dynamic_benchmark_checks_both_workloads_on_every_route(tmp_path: 
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=TIME_LIMIT_S)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
-    workloads = json.loads((tmp_path / "dynamic.json").read_text())["workloads"]
+    workloads = cells(tmp_path / "dynamic")
+    assert set(workloads) == {"decode", "train"}
+    assert_hashed(workloads["decode"], "produced")  # the tokens every route made, hashed
     for workload, launches in (("decode", 1), ("train", 3)):
-        row = workloads[workload]
+        row = workloads[workload]["routes"]
         routes = [f"{mode}-{shapes}" for mode in ("graph", "pynative")
                   for shapes in ("dynamic", "static")]
         assert all(row[route]["launches_per_item"] == launches for route in routes)
         assert all(row[route]["steady_ms"] > 0 for route in [*routes, "torch"])
-    assert "| ms_aten GRAPH, dynamic |" in (tmp_path / "dynamic.md").read_text()
+    assert "| ms_aten GRAPH, dynamic |" in (tmp_path / "dynamic" / "README.md").read_text()
 
 
 def test_quick_decode_benchmark_makes_torch_s_tokens_on_every_route(tmp_path: Path) -> None:
@@ -87,12 +125,17 @@ def test_quick_decode_benchmark_makes_torch_s_tokens_on_every_route(tmp_path: Pa
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=TIME_LIMIT_S)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
-    row = json.loads((tmp_path / "decode.json").read_text())["models"]["gpt2-tiny"]
-    routes = row["routes"]
+    summaries = cells(tmp_path / "decode")
+    assert set(summaries) == {"gpt2-tiny_graph", "gpt2-tiny_pynative"}
+    routes = {route: entry for cell in summaries.values()
+              for route, entry in cell["routes"].items()}
     assert set(routes) == {"static-loop", "generate", "graph-generate", "graph-loop",
                            "pynative-loop"}
-    assert len(row["reference"]) == row["workload"]["new_tokens"]
-    assert len(set(row["reference"])) > 3  # the token check can tell a wrong cache
+    for row in summaries.values():
+        assert {"static-loop", "generate"} <= set(row["routes"])  # torch's, beside each cell's
+        assert_hashed(row, "reference")
+        assert row["reference"]["length"] == row["workload"]["new_tokens"]
+        assert row["reference"]["distinct"] > 3  # the token check can tell a wrong cache
     for route in ("graph-generate", "graph-loop", "pynative-loop"):
         assert routes[route]["launches_per_token"] == 1
     for route in ("static-loop", "generate", "graph-loop", "pynative-loop"):
@@ -101,7 +144,7 @@ def test_quick_decode_benchmark_makes_torch_s_tokens_on_every_route(tmp_path: Pa
     assert "prefill_ms" not in routes["graph-generate"]
     assert all(entry["total_s"] > 0 and entry["peak_mib"] >= entry["rss_before_mib"] > 0
                for entry in routes.values())
-    assert "| ms_aten GRAPH, step loop |" in (tmp_path / "decode.md").read_text()
+    assert "| ms_aten GRAPH, step loop |" in (tmp_path / "decode" / "README.md").read_text()
 
 
 def test_quick_compiled_benchmark_runs_both_compilers_and_reports_compile_times(
@@ -114,7 +157,8 @@ def test_quick_compiled_benchmark_runs_both_compilers_and_reports_compile_times(
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
                           text=True, timeout=2 * TIME_LIMIT_S)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
-    row = json.loads((tmp_path / "compiled.json").read_text())["models"]["gpt2-tiny"]
+    assert set(cells(tmp_path / "compiled")) == {"gpt2-tiny"}
+    row = cells(tmp_path / "compiled")["gpt2-tiny"]["routes"]
     assert row["forward"]["ms_aten compiled"]["launches"] == 1
     assert row["training step"]["ms_aten compiled"]["launches"] == 3
     assert all(entry["nodes"] == 1 for entry in (row["forward"]["ms_aten compiled"],
@@ -122,7 +166,7 @@ def test_quick_compiled_benchmark_runs_both_compilers_and_reports_compile_times(
     for entries in row.values():
         for entry in entries.values():
             assert entry["ms"] > 0 and entry["compile_s"] > 0
-    assert "| gpt2-tiny | forward |" in (tmp_path / "compiled.md").read_text()
+    assert "| gpt2-tiny | forward |" in (tmp_path / "compiled" / "README.md").read_text()
 
 
 def test_quick_batched_decode_benchmark_runs_every_route_beside_the_bound(
@@ -138,18 +182,27 @@ def test_quick_batched_decode_benchmark_runs_every_route_beside_the_bound(
                            "--dtypes", "bfloat16", "--batches", "2", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=TIME_LIMIT_S)
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
-    data = json.loads((tmp_path / "decode_batch.json").read_text())
-    cell = data["models"]["llama-tiny"]["cells"]["bfloat16/2"]
-    assert sorted(cell["lengths"]) == [6, 11] and cell["width"] == 11  # mixed, left-padded
-    assert cell["facts"]["kv_bytes_per_position"] == 2 * 2 * 2 * 2 * 16 * 2
-    assert cell["facts"]["weight_bytes"] == 2 * cell["facts"]["parameters"]
-    routes = cell["routes"]
+    summaries = cells(tmp_path / "decode_batch")
+    assert set(summaries) == {"llama-tiny_bfloat16_b2", "llama-tiny_bfloat16_b2_onednn"}
     ms_aten_routes = ("graph-generate", "pynative-generate", "graph-onednn", "pynative-onednn")
+    routes = {}
+    for name, cell in summaries.items():
+        assert sorted(cell["lengths"]) == [6, 11] and cell["width"] == 11  # mixed, left-padded
+        assert cell["facts"]["kv_bytes_per_position"] == 2 * 2 * 2 * 2 * 16 * 2
+        assert cell["facts"]["weight_bytes"] == 2 * cell["facts"]["parameters"]
+        assert {"generate", "static-loop"} <= set(cell["routes"])  # torch's, beside each kernel
+        assert cell["linear_kernel"] == ("onednn" if name.endswith("_onednn") else "aten")
+        assert_hashed(cell, "reference")
+        assert cell["reference"]["rows"] == 2
+        assert cell["reference"]["distinct_per_row"][1] > 3  # the check can tell a wrong mask
+        assert cell["bandwidth_gb_s"]["start"] > 0
+        routes.update(cell["routes"])
     assert set(routes) == {"generate", "static-loop", *ms_aten_routes}
-    assert len(set(cell["reference"][1])) > 3  # the token check can tell a wrong mask
     for route in ms_aten_routes:
         assert routes[route]["launches_per_token"] == 1
         assert routes[route]["rows_equal_static_loop"] == routes[route]["rows_equal_generate"] == 2
+        # the same tokens as torch's static-cache loop: the same hash
+        assert routes[route]["tokens_sha256"] == routes["static-loop"]["tokens_sha256"]
     assert all(entry["step_ms"] > 0 and entry["tokens_per_s"] > 0 for entry in routes.values())
-    assert data["bandwidth_gb_s"]["start"] > 0
-    assert "| ms_aten.generate, GRAPH (one graph) |" in (tmp_path / "decode_batch.md").read_text()
+    assert "| ms_aten.generate, GRAPH (one graph) |" in (
+        tmp_path / "decode_batch" / "README.md").read_text()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: workers run as modules from here
-RESULTS = ROOT / "benchmarks" / "results"  # every family's full runs write here
+RESULTS = ROOT / "benchmarks" / "results"  # a folder per family (common/results.py)
 RESULT = "RESULT "
 TIMEOUT_S = 3600
 
@@ -45,20 +45,22 @@ def run(module: str, arguments: list[str], env: dict[str, str] | None = None,
     return json.loads(lines[-1][len(RESULT):])
 
 
-def add_report_arguments(parser: argparse.ArgumentParser, stem: str) -> None:
-    """--note, --out and --from-json, as the model families' drivers take them."""
+def add_report_arguments(parser: argparse.ArgumentParser, family: str) -> None:
+    """--note, --out and --report-only, as the drivers take them."""
     parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
-    parser.add_argument("--out", type=Path, help=f"folder for {stem}.{{md,json}}")
-    parser.add_argument("--from-json", type=Path, help="only rewrite the .md of a results JSON")
+    parser.add_argument("--out", type=Path, help=f"folder for {family}/ (its cell summaries and "
+                                                 f"README.md; default benchmarks/results)")
+    parser.add_argument("--report-only", action="store_true",
+                        help=f"only rewrite {family}/README.md from the cell summaries there")
 
 
-def rewrite_only(args: argparse.Namespace, write_markdown: Callable[[Path], Path]
-                 ) -> dict | None:
-    """With --from-json: its report rewritten, and its models' results; else None (run)."""
-    if not args.from_json:
-        return None
-    print(f"wrote {write_markdown(args.from_json)}")
-    return json.loads(args.from_json.read_text())["models"]
+def report_only(args: argparse.Namespace, write_markdown: Callable[[Path], Path]) -> bool:
+    """With --report-only: the family's report rewritten from the cells in its folder (under
+    --out, else benchmarks/results), and True; else False (run)."""
+    if not args.report_only:
+        return False
+    print(f"wrote {write_markdown(args.out or RESULTS)}")
+    return True
 
 
 def check_fingerprints(model: str, fingerprints: set[float]) -> None:
@@ -93,23 +95,3 @@ def machine_meta(started: float, load_start: tuple[float, float, float]) -> dict
             "loadavg_end": [round(x, 2) for x in os.getloadavg()],
             "wall_s": round(time.time() - started)}
 
-
-def machine_header(meta: dict) -> str:
-    """machine_meta's record (and a note on the load, if given) as the first lines of a
-    report."""
-    return (f"- {meta['date']}; {meta['host']}; {meta['wall_s']} s\n"
-            f"- load average (1/5/15 min) at start {tuple(meta['loadavg_start'])}, at end "
-            f"{tuple(meta['loadavg_end'])}\n" + (f"- note: {meta['note']}\n" if meta.get("note")
-                                                   else ""))
-
-
-def write_report(results: Path, title: str, details: str, doc: str, body: str) -> Path:
-    """A results JSON's report, beside it as .md: `title`, the machine record, `details` (lines
-    of the run's settings), the method (the driver's docstring from "Method:" to "Writes") and
-    `body`, the driver's tables."""
-    meta = json.loads(results.read_text())["meta"]
-    method = doc.split("Method:\n", 1)[1].split("\nWrites", 1)[0]
-    markdown = results.with_suffix(".md")
-    markdown.write_text(f"# {title}\n\n" + machine_header(meta) + details
-                        + f"\nMethod:\n{method}\n\n{body}\n")
-    return markdown

@@ -26,23 +26,24 @@ Method:
 --quick: tiny GPT-2, one process per job: torch.compile and ms_aten's compile on the forward,
 ms_aten's on the training step; a check that they run, are right and launch what they should,
 not a measurement.
-Writes benchmarks/results/compiled.{md,json} (--out DIR elsewhere; --quick only with --out).
+Writes a summary per model, benchmarks/results/compiled/<model>.json, and rewrites
+compiled/README.md from every one there (--out DIR elsewhere; --quick only with --out).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import workers
+from benchmarks.common import summaries, workers
 from benchmarks.models.workloads import CONFIGS, TORCH_FORWARD, TORCH_STEP
 
 WORKERS = {"torch": "benchmarks.models.worker_torch", "ms_aten": "benchmarks.models.worker_ms_aten"}
 DEFAULT_MODELS = ("gpt2-medium", "bert-medium", "gpt2-small")
+FAMILY = "compiled"
 # What is timed: the torch route, and the ms_aten route and compilation compared with it.
 ROUTES = {"forward": (TORCH_FORWARD, "GRAPH forward cell(x)", "inference"),
           "training step": (TORCH_STEP, "GRAPH step ms_aten.optim.Adam", "training")}
@@ -149,13 +150,20 @@ def report(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def write_markdown(results: Path) -> Path:
-    data = json.loads(results.read_text())
-    meta = data["meta"]
-    return workers.write_report(
-        results, "Compiled programs: ms_aten compile= against torch eager and torch.compile",
-        f"- {meta['processes_per_route']} processes per route\n", __doc__,
-        report(data["models"]))
+def section(name: str, cell: dict) -> str:
+    """A model's part of the report: its run and its routes' figures."""
+    meta = cell["meta"]
+    return (summaries.machine_lines(meta)
+            + f"- {meta['processes_per_route']} processes per route\n\n"
+            + report({cell["model"]: cell["routes"]}))
+
+
+def write_markdown(out: Path) -> Path:
+    """compiled/README.md under `out`, from every model's summary there."""
+    return summaries.write_report(
+        summaries.folder(out, FAMILY),
+        "Compiled programs: ms_aten compile= against torch eager and torch.compile",
+        summaries.method(__doc__), section)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -164,11 +172,10 @@ def main(argv: list[str] | None = None) -> dict:
                         help="tiny GPT-2, the compiled jobs in one process each (a smoke run)")
     parser.add_argument("--models", nargs="*", choices=list(CONFIGS))
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per route")
-    workers.add_report_arguments(parser, "compiled")
+    workers.add_report_arguments(parser, FAMILY)
     args = parser.parse_args(argv)
-    rewritten = workers.rewrite_only(args, write_markdown)
-    if rewritten is not None:
-        return rewritten
+    if workers.report_only(args, write_markdown):
+        return {}
     if args.quick and args.out is None:
         raise SystemExit("--quick writes only with --out (its figures are no measurement)")
     names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))
@@ -176,16 +183,19 @@ def main(argv: list[str] | None = None) -> dict:
     extra = ["--repeats", str(repeats), "--target-s", str(target_s)]
     ways = QUICK_WAYS if args.quick else {what: tuple(WAYS) for what in ROUTES}
     processes = 1 if args.quick else args.processes
-    started, load_start = time.time(), os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="ms_aten_bench_caches_") as caches:
-        rows = {name: bench_model(name, processes, ways, extra, Path(caches)) for name in names}
     out = args.out or workers.RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    results = out / "compiled.json"
-    meta = {**workers.machine_meta(started, load_start), "note": args.note,
-            "processes_per_route": processes, "quick": args.quick}
-    results.write_text(json.dumps({"meta": meta, "models": rows}, indent=1))
-    print(f"wrote {results} and {write_markdown(results)}")
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="ms_aten_bench_caches_") as caches:
+        for name in names:
+            started, load_start = time.time(), os.getloadavg()
+            rows[name] = bench_model(name, processes, ways, extra, Path(caches))
+            meta = {**workers.machine_meta(started, load_start), "note": args.note,
+                    "processes_per_route": processes, "quick": args.quick}
+            path = summaries.write_cell(summaries.folder(out, FAMILY), name,
+                                        {"meta": meta, "model": name, "routes": rows[name]})
+            print(f"wrote {path}", flush=True)
+    print(report(rows))
+    print(f"wrote {write_markdown(out)}")
     return rows
 
 

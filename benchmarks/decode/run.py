@@ -39,7 +39,10 @@ Method:
 process, one timed generation, the compiled routes left out unless --routes names them (the
 compile takes longer than the rest; tests/test_compile.py covers it): a check that every route
 runs and makes torch's tokens, not a measurement.
-Writes benchmarks/results/decode.{md,json} (--out DIR elsewhere; --quick only with --out).
+Writes a summary per cell, benchmarks/results/decode/<model>_<group>.json: the GRAPH routes
+(graph), the PYNATIVE one (pynative), the compiled ones (compiled), each with torch's routes of
+its run; and rewrites decode/README.md from every cell there (--out DIR elsewhere; --quick only
+with --out).
 """
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.common import workers
+from benchmarks.common import summaries, workers
 from benchmarks.decode.workloads import (
     COMPILED_ROUTES,
     MS_ATEN_ROUTES,
@@ -65,6 +68,10 @@ WORKERS = {"torch": "benchmarks.decode.worker_torch",
            "ms_aten": "benchmarks.decode.worker_ms_aten"}
 ROUTES = {**TORCH_ROUTES, **MS_ATEN_ROUTES}
 DEFAULT_MODELS = ("gpt2-small", "gpt2-medium")
+FAMILY = "decode"
+# ms_aten's routes by cell: a model's cells are these groups, each with torch's routes beside.
+GROUPS = {"graph": ("graph-generate", "graph-loop"), "pynative": ("pynative-loop",),
+          "compiled": COMPILED_ROUTES}
 
 
 def side_of(route: str) -> str:
@@ -103,7 +110,7 @@ def bench_model(model: str, routes: list[str], processes: int, runs: int, quick:
                 results[route].append({**result["routes"][route], "meta": result["meta"]})
                 print(f"  {model} {ROUTES[route]:45} {result['routes'][route]['total_s']:8.2f} s "
                       f"({time.perf_counter() - started:.0f} s)", flush=True)
-    row: dict = {"workload": asdict(WORKLOADS[model]), "reference": reference, "routes": {}}
+    row: dict = {"reference": reference, "routes": {}}
     for route, per_process in results.items():
         for result in per_process:
             if result["tokens"] != reference:
@@ -117,56 +124,72 @@ def bench_model(model: str, routes: list[str], processes: int, runs: int, quick:
     return row
 
 
-def cell(entry: dict, key: str, form: str) -> str:
+def by_group(routes: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """A model's routes split into its cells (GROUPS), torch's routes with each (the references
+    its figures are given against); torch's alone as "torch" when no ms_aten route ran."""
+    torch_routes = {r: e for r, e in routes.items() if side_of(r) == "torch"}
+    split = {group: {**torch_routes, **{r: e for r, e in routes.items() if r in mine}}
+             for group, mine in GROUPS.items() if any(r in routes for r in mine)}
+    return split or {"torch": torch_routes}
+
+
+def summary(meta: dict, model: str, reference: list[int], routes: dict[str, dict]) -> dict:
+    """A cell's summary: the run's record and settings, the workload, its routes' figures, and
+    model.generate's tokens (which every route made) as their hash."""
+    return {"meta": meta, "model": model, "workload": asdict(WORKLOADS[model]),
+            "reference": summaries.checked(reference), "routes": routes}
+
+
+def cell_figure(entry: dict, key: str, form: str) -> str:
     return format(entry[key], form) if key in entry else "—"
 
 
-def report(rows: dict[str, dict]) -> str:
-    lines = []
-    for model, row in rows.items():
-        w = WORKLOADS[model]
-        positions = [str(p) for p in w.positions]
-        lines += ["", f"**{model}** ({w.layers} layers, {w.hidden} wide, vocab {w.vocab}; "
-                  f"{w.prompt}-token prompt, {w.new_tokens} new tokens; cache of "
-                  f"{w.max_cache_len} positions, {w.cache_mib():.3g} MiB)", "",
-                  "| route | prefill ms | decode tokens/s | "
-                  + " | ".join(f"ms/token at {p}" for p in positions)
-                  + " | total s | tokens/s overall | total ×torch loop | launches / token | "
-                    "RSS before MiB | peak MiB | capture s | cold generation s | "
-                    "total per process (s) |",
-                  "|---|" + "---:|" * (10 + len(positions)) + "---|"]
-        loop = row["routes"].get("static-loop")
-        for route, entry in row["routes"].items():
-            per_token = entry.get("per_token_ms", {})
-            ratio = f"×{entry['total_s'] / loop['total_s']:.2f}" if loop else "—"
-            launches = f"{entry['launches_per_token']:g}" if side_of(route) == "ms_aten" else "—"
-            lines.append(
-                f"| {ROUTES[route]} | {cell(entry, 'prefill_ms', '.3g')} | "
-                f"{cell(entry, 'decode_tokens_per_s', '.4g')} | "
-                + " | ".join(cell(per_token, p, ".3g") for p in positions)
-                + f" | {entry['total_s']:.3g} | {entry['tokens_per_s']:.4g} | {ratio} | "
-                  f"{launches} | {entry['rss_before_mib']:.0f} | {entry['peak_mib']:.0f} | "
-                  f"{entry['setup_s']:.2f} | {entry['cold_s']:.3g} | "
-                  f"{', '.join(f'{x:.3g}' for x in entry['per_process_total_s'])} |")
-        whole = [MS_ATEN_ROUTES[r] for r in row["routes"] if r.endswith("generate")
-                 and side_of(r) == "ms_aten"]
-        if whole:
-            lines.append(f"\n{' and '.join(whole)} run the prompt and every token in one graph "
-                         f"call: only the total and tokens/s are seen (no prefill or per-token "
-                         f"times).")
-    lines.append(f"\nms/token at a position: the median over the tokens fed within ±{WINDOW} "
-                 f"positions. Capture: ms_aten.causal_lm (torch: building the static cache).")
+def section(name: str, cell: dict) -> str:
+    """A cell's part of the report: its run and its routes' figures."""
+    meta, model = cell["meta"], cell["model"]
+    w = WORKLOADS[model]
+    positions = [str(p) for p in w.positions]
+    lines = [summaries.machine_lines(meta).rstrip(),
+             f"- {meta['processes_per_route']} processes per route, {meta['runs']} timed "
+             f"generations per process",
+             "", f"**{model}** ({w.layers} layers, {w.hidden} wide, vocab {w.vocab}; "
+             f"{w.prompt}-token prompt, {w.new_tokens} new tokens; cache of "
+             f"{w.max_cache_len} positions, {w.cache_mib():.3g} MiB)", "",
+             "| route | prefill ms | decode tokens/s | "
+             + " | ".join(f"ms/token at {p}" for p in positions)
+             + " | total s | tokens/s overall | total ×torch loop | launches / token | "
+               "RSS before MiB | peak MiB | capture s | cold generation s | "
+               "total per process (s) |",
+             "|---|" + "---:|" * (10 + len(positions)) + "---|"]
+    loop = cell["routes"].get("static-loop")
+    for route, entry in cell["routes"].items():
+        per_token = entry.get("per_token_ms", {})
+        ratio = f"×{entry['total_s'] / loop['total_s']:.2f}" if loop else "—"
+        launches = f"{entry['launches_per_token']:g}" if side_of(route) == "ms_aten" else "—"
+        lines.append(
+            f"| {ROUTES[route]} | {cell_figure(entry, 'prefill_ms', '.3g')} | "
+            f"{cell_figure(entry, 'decode_tokens_per_s', '.4g')} | "
+            + " | ".join(cell_figure(per_token, p, ".3g") for p in positions)
+            + f" | {entry['total_s']:.3g} | {entry['tokens_per_s']:.4g} | {ratio} | "
+              f"{launches} | {entry['rss_before_mib']:.0f} | {entry['peak_mib']:.0f} | "
+              f"{entry['setup_s']:.2f} | {entry['cold_s']:.3g} | "
+              f"{', '.join(f'{x:.3g}' for x in entry['per_process_total_s'])} |")
+    whole = [MS_ATEN_ROUTES[r] for r in cell["routes"] if r.endswith("generate")
+             and side_of(r) == "ms_aten"]
+    if whole:
+        lines.append(f"\n{' and '.join(whole)} run the prompt and every token in one graph "
+                     f"call: only the total and tokens/s are seen (no prefill or per-token "
+                     f"times).")
     return "\n".join(lines)
 
 
-def write_markdown(results: Path) -> Path:
-    """The report of a results JSON, beside it as .md (--from-json rewrites it alone)."""
-    data = json.loads(results.read_text())
-    meta = data["meta"]
-    return workers.write_report(
-        results, "Decoding with a KV cache: ms_aten against torch eager",
-        f"- {meta['processes_per_route']} processes per route, {meta['runs']} timed "
-        f"generations per process\n", __doc__, report(data["models"]))
+def write_markdown(out: Path) -> Path:
+    """decode/README.md under `out`, from every cell summary there."""
+    return summaries.write_report(
+        summaries.folder(out, FAMILY), "Decoding with a KV cache: ms_aten against torch eager",
+        summaries.method(__doc__), section,
+        f"ms/token at a position: the median over the tokens fed within ±{WINDOW} positions. "
+        f"Capture: ms_aten.causal_lm (torch: building the static cache).")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -180,29 +203,30 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per route")
     parser.add_argument("--runs", type=int, default=3,
                         help="timed generations per process, after the cold one")
-    workers.add_report_arguments(parser, "decode")
+    workers.add_report_arguments(parser, FAMILY)
     args = parser.parse_args(argv)
-    rewritten = workers.rewrite_only(args, write_markdown)
-    if rewritten is not None:
-        return rewritten
+    if workers.report_only(args, write_markdown):
+        return {}
     names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))
     processes, runs = (1, 1) if args.quick else (args.processes, args.runs)
     routes = args.routes or [r for r in ROUTES if not (args.quick and r in COMPILED_ROUTES)]
-    started, load_start = time.time(), os.getloadavg()
-    rows = {}
+    out = args.out or (None if args.quick else workers.RESULTS)
+    written = {}
     for name in names:
         print(f"{name}:", flush=True)
-        rows[name] = bench_model(name, routes, processes, runs, args.quick)
-    meta = {**workers.machine_meta(started, load_start), "note": args.note,
-            "quick": args.quick, "processes_per_route": processes, "runs": runs}
-    print(report(rows))
-    out = args.out or (None if args.quick else workers.RESULTS)
+        started, load_start = time.time(), os.getloadavg()
+        row = bench_model(name, routes, processes, runs, args.quick)
+        meta = {**workers.machine_meta(started, load_start), "note": args.note,
+                "quick": args.quick, "processes_per_route": processes, "runs": runs}
+        for group, mine in by_group(row["routes"]).items():
+            cell = f"{name}_{group}"
+            written[cell] = summary(meta, name, row["reference"], mine)
+            print(f"\n{cell}:\n{section(cell, written[cell])}", flush=True)
+            if out is not None:
+                summaries.write_cell(summaries.folder(out, FAMILY), cell, written[cell])
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / "decode.json"
-        path.write_text(json.dumps({"meta": meta, "models": rows}, indent=1))
-        write_markdown(path)
-    return rows
+        print(f"wrote {write_markdown(out)}")
+    return written
 
 
 if __name__ == "__main__":

@@ -56,8 +56,10 @@ Method:
 lengths 4-12), float32 and bfloat16, 12 new tokens, one process per side for every cell and
 route, one timed round, a 256 MiB copy: a check that every route runs and makes the tokens
 it should, not a measurement.
-Writes benchmarks/results/decode_batch.{md,json} (--out DIR elsewhere; --quick only with
---out); the JSON after every cell, so that a failure keeps what was measured.
+Writes a summary per cell, benchmarks/results/decode_batch/<model>_<dtype>_b<batch>.json for
+ATen's linear kernel and ..._onednn.json for oneDNN's (each with torch's routes of its run), as
+each is done, so that a failure keeps what was measured, and rewrites decode_batch/README.md
+from every cell there (--out DIR elsewhere; --quick only with --out).
 """
 from __future__ import annotations
 
@@ -69,7 +71,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.common import workers
+from benchmarks.common import summaries, workers
 from benchmarks.decode.workloads import median_figures
 from benchmarks.decode_batch.workloads import (
     DTYPES,
@@ -87,6 +89,10 @@ ROUTES = {**TORCH_ROUTES, **MS_ATEN_ROUTES}
 DEFAULT_MODELS = ("gpt2-small", "llama-0.5b")
 BATCHES = (1, 4, 16)
 BANDWIDTH_MIB = 1024  # the copied buffer (--quick: 256 MiB, in the torch worker)
+FAMILY = "decode_batch"
+# ms_aten's routes by linear kernel: a cell of the grid is a summary per kernel ("": ATen's).
+KERNELS = {"": ("graph-generate", "pynative-generate"),
+           "onednn": ("graph-onednn", "pynative-onednn")}
 
 
 def side_of(route: str) -> str:
@@ -135,10 +141,11 @@ def route_flags(side: str, routes: list[str]) -> list[str]:
     return [a for r in routes if side_of(r) == side for a in ("--route", r)]
 
 
-def bench_model(model: str, args: argparse.Namespace, shape_args: list[str], row: dict,
-                save: Callable[[], None]) -> None:
-    """Every cell (dtype x batch) of `model` into row["cells"], each saved when done: the
-    reference, then every route's processes (--quick: one process per side for all)."""
+def bench_model(model: str, args: argparse.Namespace, shape_args: list[str],
+                bandwidth: dict[str, float], save: Callable[[str, str, int, dict], None]) -> None:
+    """Every cell (dtype x batch) of `model`, each saved when done: the reference, then every
+    route's processes (--quick: one process per side for all, and the torch worker's copy
+    into `bandwidth`)."""
     cells = [(dtype, batch) for dtype in args.dtypes for batch in args.batches]
     every = ["--model", model, "--dtypes", *args.dtypes, "--batches", *map(str, args.batches),
              *shape_args]
@@ -153,7 +160,7 @@ def bench_model(model: str, args: argparse.Namespace, shape_args: list[str], row
             done["ms_aten"] = workers.run(WORKERS["ms_aten"], [
                 *every, *route_flags("ms_aten", args.routes), "--runs", str(args.runs), "--expect",
                 str(expect)])
-            row["bandwidth_gb_s"] = done["torch"]["bandwidth_gb_s"]
+            bandwidth.setdefault("start", done["torch"]["bandwidth_gb_s"])
         for dtype, batch in cells:
             key = cell_key(dtype, batch)
             reference = done["torch"]["cells"][key]
@@ -173,63 +180,92 @@ def bench_model(model: str, args: argparse.Namespace, shape_args: list[str], row
                           f"{results[route][-1]['total_s']:8.2f} s "
                           f"({time.perf_counter() - started:.0f} s)", flush=True)
             cell = {k: reference[k] for k in ("facts", "width", "lengths", "reference")}
-            row["cells"][key] = finish_cell(model, dtype, cell, results)
-            save()
+            save(model, dtype, batch, finish_cell(model, dtype, cell, results))
+
+
+def cell_name(model: str, dtype: str, batch: int, kernel: str = "") -> str:
+    """A cell's summary's name: gpt2-small_float32_b1, and ..._onednn for oneDNN's kernel."""
+    return f"{model}_{dtype}_b{batch}" + (f"_{kernel}" if kernel else "")
+
+
+def by_kernel(routes: dict[str, dict]) -> dict[str, dict[str, dict]]:
+    """A grid cell's routes split by linear kernel (KERNELS), torch's routes with each (the
+    references its figures are given against); torch's alone under "" when no ms_aten route
+    ran."""
+    torch_routes = {r: e for r, e in routes.items() if side_of(r) == "torch"}
+    split = {kernel: {**torch_routes, **{r: e for r, e in routes.items() if r in mine}}
+             for kernel, mine in KERNELS.items() if any(r in routes for r in mine)}
+    return split or {"": torch_routes}
+
+
+def summary(meta: dict, bandwidth: dict[str, float], model: str, dtype: str, batch: int,
+            kernel: str, cell: dict, routes: dict[str, dict]) -> dict:
+    """A cell's summary: the run's record and settings, the bandwidths, the prompts, and its
+    routes' figures; the tokens as their hash (the reference's with its length and distinct
+    tokens per row)."""
+    return {"meta": meta, "model": model, "dtype": dtype, "batch": batch,
+            "linear_kernel": kernel or "aten", "bandwidth_gb_s": bandwidth,
+            "facts": cell["facts"], "width": cell["width"], "lengths": cell["lengths"],
+            "reference": summaries.checked(cell["reference"]),
+            "routes": {route: {**{k: v for k, v in entry.items() if k != "tokens"},
+                               "tokens_sha256": summaries.sha256(entry["tokens"])}
+                       for route, entry in routes.items()}}
 
 
 def number(value: float | None, form: str) -> str:
     return "—" if value is None else format(value, form)
 
 
-def report(data: dict) -> str:
-    bandwidth = max(data["bandwidth_gb_s"].values())
-    new_tokens = data["meta"]["new_tokens"]
-    lines = ["Memory bandwidth (a copy, read + write): "
-             + ", ".join(f"{v:.1f} GB/s at the {k}" for k, v in data["bandwidth_gb_s"].items())
-             + f"; the bound uses {bandwidth:.1f} GB/s."]
-    for model, row in data["models"].items():
-        for key, cell in row["cells"].items():
-            dtype, batch = key.split("/")
-            facts, limit = cell["facts"], bound(cell, bandwidth, new_tokens)
-            lines += ["", f"**{model}, {dtype}, batch {batch}** ({facts['parameters'] / 1e6:.1f} "
-                      f"M parameters, {facts['weight_bytes'] / 2**20:.4g} MiB; prompts of "
-                      f"{', '.join(map(str, cell['lengths']))} tokens padded to "
-                      f"{cell['width']}; KV cache {facts['kv_bytes_per_position'] / 2**10:.3g} "
-                      f"KiB per position; a decode step reads {limit['step_bytes'] / 2**20:.4g} "
-                      f"MiB: the bound {limit['step_ms']:.3g} ms)", "",
-                      "| route | tokens/s | ×`generate` | decode step ms | ×bound | prefill ms "
-                      "| total s | launches / token | rows = `generate`'s | rows = static "
-                      "loop's | RSS before / peak MiB | total per process (s) |",
-                      "|---|" + "---:|" * 11]
-            generate = cell["routes"].get("generate")
-            for route, entry in cell["routes"].items():
-                speed = f"×{entry['tokens_per_s'] / generate['tokens_per_s']:.2f}" \
-                    if generate else "—"
-                launches = f"{entry['launches_per_token']:g}" if side_of(route) == "ms_aten" \
-                    else "—"
-                agree = "" if entry["tokens_agree"] else " (processes differ)"
-                lines.append(
-                    f"| {ROUTES[route]} | {entry['tokens_per_s']:.4g} | {speed} | "
-                    f"{entry['step_ms']:.4g} | ×{entry['step_ms'] / limit['step_ms']:.2f} | "
-                    f"{entry['prefill_s'] * 1e3:.4g} | {entry['total_s']:.3g} | {launches} | "
-                    f"{entry['rows_equal_generate']}/{batch}{agree} | "
-                    f"{number(entry.get('rows_equal_static_loop'), 'd')}/{batch} | "
-                    f"{entry['rss_before_mib']:.0f} / {entry['peak_mib']:.0f} | "
-                    f"{', '.join(f'{x:.3g}' for x in entry['per_process_total_s'])} |")
+def section(name: str, cell: dict) -> str:
+    """A cell's part of the report: its run, the bandwidth and the bound, its routes."""
+    meta, batch = cell["meta"], cell["batch"]
+    bandwidth = max(cell["bandwidth_gb_s"].values())
+    new_tokens = meta["new_tokens"]
+    facts, limit = cell["facts"], bound(cell, bandwidth, new_tokens)
+    kernel = "" if cell["linear_kernel"] == "aten" else \
+        f", linear_kernel={cell['linear_kernel']!r}"
+    lines = [summaries.machine_lines(meta).rstrip(),
+             f"- {meta['processes_per_route']} processes per route, {meta['runs']} timed rounds "
+             f"per process, {new_tokens} new tokens",
+             "- Memory bandwidth (a copy, read + write): "
+             + ", ".join(f"{v:.1f} GB/s at the {k}" for k, v in cell["bandwidth_gb_s"].items())
+             + f"; the bound uses {bandwidth:.1f} GB/s.", "",
+             f"**{cell['model']}, {cell['dtype']}, batch {batch}{kernel}** "
+             f"({facts['parameters'] / 1e6:.1f} "
+             f"M parameters, {facts['weight_bytes'] / 2**20:.4g} MiB; prompts of "
+             f"{', '.join(map(str, cell['lengths']))} tokens padded to "
+             f"{cell['width']}; KV cache {facts['kv_bytes_per_position'] / 2**10:.3g} "
+             f"KiB per position; a decode step reads {limit['step_bytes'] / 2**20:.4g} "
+             f"MiB: the bound {limit['step_ms']:.3g} ms)", "",
+             "| route | tokens/s | ×`generate` | decode step ms | ×bound | prefill ms "
+             "| total s | launches / token | rows = `generate`'s | rows = static "
+             "loop's | RSS before / peak MiB | total per process (s) |",
+             "|---|" + "---:|" * 11]
+    generate = cell["routes"].get("generate")
+    for route, entry in cell["routes"].items():
+        speed = f"×{entry['tokens_per_s'] / generate['tokens_per_s']:.2f}" if generate else "—"
+        launches = f"{entry['launches_per_token']:g}" if side_of(route) == "ms_aten" else "—"
+        agree = "" if entry["tokens_agree"] else " (processes differ)"
+        lines.append(
+            f"| {ROUTES[route]} | {entry['tokens_per_s']:.4g} | {speed} | "
+            f"{entry['step_ms']:.4g} | ×{entry['step_ms'] / limit['step_ms']:.2f} | "
+            f"{entry['prefill_s'] * 1e3:.4g} | {entry['total_s']:.3g} | {launches} | "
+            f"{entry['rows_equal_generate']}/{batch}{agree} | "
+            f"{number(entry.get('rows_equal_static_loop'), 'd')}/{batch} | "
+            f"{entry['rss_before_mib']:.0f} / {entry['peak_mib']:.0f} | "
+            f"{', '.join(f'{x:.3g}' for x in entry['per_process_total_s'])} |")
     lines.append(f"\nDecode step: (total - prefill) / {new_tokens - 1}, the mean over the "
                  f"steps; the bound: the step's bytes (the weights once, the KV prefix at the "
                  f"steps' mean position) / {bandwidth:.1f} GB/s.")
     return "\n".join(lines)
 
 
-def write_markdown(results: Path) -> Path:
-    """The report of a results JSON, beside it as .md (--from-json rewrites it alone)."""
-    data = json.loads(results.read_text())
-    meta = data["meta"]
-    return workers.write_report(
-        results, "Batched decoding: ms_aten against torch eager, and the memory bound",
-        f"- {meta['processes_per_route']} processes per route, {meta['runs']} timed rounds "
-        f"per process, {meta['new_tokens']} new tokens\n", __doc__, report(data))
+def write_markdown(out: Path) -> Path:
+    """decode_batch/README.md under `out`, from every cell summary there."""
+    return summaries.write_report(
+        summaries.folder(out, FAMILY),
+        "Batched decoding: ms_aten against torch eager, and the memory bound",
+        summaries.method(__doc__), section)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -245,11 +281,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--runs", type=int, default=3,
                         help="timed rounds per process (a generation and a one-token one)")
     parser.add_argument("--new-tokens", type=int, help="default 128 (--quick 12)")
-    workers.add_report_arguments(parser, "decode_batch")
+    workers.add_report_arguments(parser, FAMILY)
     args = parser.parse_args(argv)
-    rewritten = workers.rewrite_only(args, write_markdown)
-    if rewritten is not None:
-        return rewritten
+    if workers.report_only(args, write_markdown):
+        return {}
     if "static-loop" not in args.routes and "generate" not in args.routes:
         args.routes.append("generate")  # the reference every speed is given against
     args.models = args.models or (["llama-tiny"] if args.quick else list(DEFAULT_MODELS))
@@ -257,34 +292,41 @@ def main(argv: list[str] | None = None) -> dict:
     new_tokens = args.new_tokens or (QUICK if args.quick else FULL).new_tokens
     shape_args = ["--new-tokens", str(new_tokens), *(["--quick"] if args.quick else [])]
     processes, runs = (1, 1) if args.quick else (args.processes, args.runs)
-    started, load_start = time.time(), os.getloadavg()
     out = args.out or (None if args.quick else workers.RESULTS)
-    data: dict = {"meta": {"note": args.note, "quick": args.quick, "processes_per_route":
-                           processes, "runs": runs, "new_tokens": new_tokens},
-                  "bandwidth_gb_s": {}, "models": {}}
+    settings = {"note": args.note, "quick": args.quick, "processes_per_route": processes,
+                "runs": runs, "new_tokens": new_tokens}
+    bandwidth: dict[str, float] = {}
+    written: dict[str, dict] = {}  # this run's cells: rewritten with the end's bandwidth
 
-    def save() -> None:
+    def write(name: str) -> None:
         if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            data["meta"].update(workers.machine_meta(started, load_start))
-            (out / "decode_batch.json").write_text(json.dumps(data, indent=1))
+            summaries.write_cell(summaries.folder(out, FAMILY), name, written[name])
+
+    clock: list = [time.time(), os.getloadavg()]  # when the cell being measured began
+
+    def save(model: str, dtype: str, batch: int, cell: dict) -> None:
+        meta = {**workers.machine_meta(*clock), **settings}
+        for kernel, routes in by_kernel(cell["routes"]).items():
+            name = cell_name(model, dtype, batch, kernel)
+            written[name] = summary(meta, bandwidth, model, dtype, batch, kernel, cell, routes)
+            write(name)
+        clock[:] = [time.time(), os.getloadavg()]
 
     if not args.quick:  # --quick: measured by the torch worker (a 256 MiB copy)
-        data["bandwidth_gb_s"]["start"] = measure_bandwidth()
+        bandwidth["start"] = measure_bandwidth()
     args.processes, args.runs = processes, runs
     for model in args.models:
         print(f"{model}:", flush=True)
-        data["models"][model] = row = {"cells": {}}
-        bench_model(model, args, shape_args, row, save)
-        if "bandwidth_gb_s" in row:
-            data["bandwidth_gb_s"].setdefault("start", row.pop("bandwidth_gb_s"))
+        clock[:] = [time.time(), os.getloadavg()]
+        bench_model(model, args, shape_args, bandwidth, save)
     if not args.quick:
-        data["bandwidth_gb_s"]["end"] = measure_bandwidth()
-    save()
-    print(report(data))
+        bandwidth["end"] = measure_bandwidth()
+    for name, cell in written.items():
+        write(name)
+        print(f"\n{name}:\n{section(name, cell)}")
     if out is not None:
-        write_markdown(out / "decode_batch.json")
-    return data
+        print(f"wrote {write_markdown(out)}")
+    return written
 
 
 def measure_bandwidth() -> float:

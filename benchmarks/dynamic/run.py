@@ -21,12 +21,13 @@ Method:
   warm run.
 - The dynamic route's steady state is compared with the static route's on the same lengths
   (issue 18's goal: at most ×1.2).
-Writes benchmarks/results/dynamic.{md,json} (--out DIR elsewhere; --quick only with --out).
+Writes a summary per workload, benchmarks/results/dynamic/<workload>.json (the tokens and
+losses every route matched as their hash), and rewrites dynamic/README.md from every one there
+(--out DIR elsewhere; --quick only with --out).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -34,11 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.common import workers
+from benchmarks.common import summaries, workers
 from benchmarks.dynamic.workloads import LENGTHS, PROMPT, TOKENS
 
 TORCH, MS_ATEN = "benchmarks.dynamic.worker_torch", "benchmarks.dynamic.worker_ms_aten"
 WORKLOADS = ("decode", "train")
+FAMILY = "dynamic"
 ROUTES = [(mode, shapes) for shapes in ("dynamic", "static") for mode in ("graph", "pynative")]
 FIGURES = ("total_s", "first_call_s", "after_first_ms", "steady_ms")
 # A smoke run decodes 4 tokens, not 32, and trains on 2 of the 6 lengths: the static routes
@@ -100,42 +102,50 @@ def bench(processes: int, warm: int, tokens: int, lengths: int, quick: bool) -> 
     return rows
 
 
-def report(rows: dict) -> str:
-    lines = []
-    for workload, row in rows.items():
-        torch_row = row["torch"]
-        lines += ["", f"**{workload}**", "",
-                  "| | total (cold run) | first call | per item after the first | steady per item "
-                  "| launches / item |", "|---|---:|---:|---:|---:|---:|",
-                  f"| torch eager | {torch_row['total_s']:.3g} s | "
-                  f"{torch_row['first_call_s'] * 1e3:.3g} ms | "
-                  f"{torch_row['after_first_ms']:.3g} ms | {torch_row['steady_ms']:.3g} ms | |"]
-        for route in ROUTES:
-            entry = row["-".join(route)]
-            mode, shapes = route
-            lines.append(
-                f"| ms_aten {mode.upper()}, {shapes} | {entry['total_s']:.3g} s "
-                f"(×{entry['total_s'] / torch_row['total_s']:.3g}) | "
-                f"{entry['first_call_s']:.3g} s | {entry['after_first_ms']:.3g} ms "
-                f"(×{entry['after_first_ms'] / torch_row['after_first_ms']:.3g}) | "
-                f"{entry['steady_ms']:.3g} ms (×{entry['steady_ms'] / torch_row['steady_ms']:.3g})"
-                f" | {entry['launches_per_item']:g} |")
-        for mode in ("graph", "pynative"):
-            dynamic, static = row[f"{mode}-dynamic"], row[f"{mode}-static"]
-            lines.append(f"\n{mode.upper()}: the dynamic route's steady state is "
-                         f"×{dynamic['steady_ms'] / static['steady_ms']:.2f} the static "
-                         f"route's on the same lengths.")
+def section(name: str, cell: dict) -> str:
+    """A workload's part of the report: its run and its routes' figures."""
+    meta, row, workload = cell["meta"], cell["routes"], cell["workload"]
+    torch_row = row["torch"]
+    lines = [summaries.machine_lines(meta)
+             + f"- {meta['processes']} processes per job, {meta['warm']} warm runs per process",
+             "", f"**{workload}**", "",
+             "| | total (cold run) | first call | per item after the first | steady per item "
+             "| launches / item |", "|---|---:|---:|---:|---:|---:|",
+             f"| torch eager | {torch_row['total_s']:.3g} s | "
+             f"{torch_row['first_call_s'] * 1e3:.3g} ms | "
+             f"{torch_row['after_first_ms']:.3g} ms | {torch_row['steady_ms']:.3g} ms | |"]
+    for route in ROUTES:
+        entry = row["-".join(route)]
+        mode, shapes = route
+        lines.append(
+            f"| ms_aten {mode.upper()}, {shapes} | {entry['total_s']:.3g} s "
+            f"(×{entry['total_s'] / torch_row['total_s']:.3g}) | "
+            f"{entry['first_call_s']:.3g} s | {entry['after_first_ms']:.3g} ms "
+            f"(×{entry['after_first_ms'] / torch_row['after_first_ms']:.3g}) | "
+            f"{entry['steady_ms']:.3g} ms (×{entry['steady_ms'] / torch_row['steady_ms']:.3g})"
+            f" | {entry['launches_per_item']:g} |")
+    for mode in ("graph", "pynative"):
+        dynamic, static = row[f"{mode}-dynamic"], row[f"{mode}-static"]
+        lines.append(f"\n{mode.upper()}: the dynamic route's steady state is "
+                     f"×{dynamic['steady_ms'] / static['steady_ms']:.2f} the static "
+                     f"route's on the same lengths.")
     return "\n".join(lines)
 
 
-def write_markdown(results: Path) -> Path:
-    """The report of a results JSON, beside it as .md."""
-    data = json.loads(results.read_text())
-    meta = data["meta"]
-    return workers.write_report(
-        results, "Dynamic shapes: ms_aten against torch eager",
-        f"- {meta['processes']} processes per job, {meta['warm']} warm runs per process\n",
-        __doc__, report(data["workloads"]))
+def write_markdown(out: Path) -> Path:
+    """dynamic/README.md under `out`, from every workload's summary there."""
+    return summaries.write_report(summaries.folder(out, FAMILY),
+                                  "Dynamic shapes: ms_aten against torch eager",
+                                  summaries.method(__doc__), section)
+
+
+def summary(meta: dict, workload: str, row: dict) -> dict:
+    """A workload's summary: the run's record and settings, every route's figures, and what the
+    routes made (decoded tokens, a training's losses: torch's, which each matched) as their
+    hash."""
+    return {"meta": meta, "workload": workload,
+            "routes": {k: v for k, v in row.items() if k != "produced"},
+            "produced": summaries.checked(row["produced"])}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -149,23 +159,25 @@ def main(argv: list[str] | None = None) -> dict:
     # MindSpore's yielding thread pool beside ATen's spinning workers on 2 cores): more warm
     # runs put the steady state past it.
     parser.add_argument("--warm", type=int, default=5, help="warm runs per process")
-    parser.add_argument("--note", default="", help="a line for the header: what loads the machine")
-    parser.add_argument("--out", type=Path, help="folder for dynamic.{md,json}")
+    workers.add_report_arguments(parser, FAMILY)
     args = parser.parse_args(argv)
+    if workers.report_only(args, write_markdown):
+        return {}
     processes, warm, tokens, lengths = ((1, 1, QUICK_TOKENS, QUICK_LENGTHS) if args.quick
                                         else (args.processes, args.warm, TOKENS, len(LENGTHS)))
     started, load_start = time.time(), os.getloadavg()
     rows = bench(processes, warm, tokens, lengths, args.quick)
     meta = {**workers.machine_meta(started, load_start), "note": args.note,
             "processes": processes, "warm": warm, "tokens": tokens, "lengths": lengths}
-    print(report(rows))
     out = args.out or (None if args.quick else workers.RESULTS)
+    written = {workload: summary(meta, workload, row) for workload, row in rows.items()}
+    for workload, cell in written.items():
+        print(f"\n{workload}:\n{section(workload, cell)}")
+        if out is not None:
+            summaries.write_cell(summaries.folder(out, FAMILY), workload, cell)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / "dynamic.json"
-        path.write_text(json.dumps({"meta": meta, "workloads": rows}, indent=1))
-        write_markdown(path)
-    return rows
+        print(f"wrote {write_markdown(out)}")
+    return written
 
 
 if __name__ == "__main__":

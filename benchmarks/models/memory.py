@@ -2,7 +2,7 @@
 against torch eager, each measured alone in fresh processes.
 
     .venv/bin/python -m benchmarks.models.memory [--models gpt2-medium bert-medium]
-        [--processes 3]
+        [--processes 3] [--out DIR] [--report-only]
 
 Each figure is the peak resident memory one call adds, after two warm-up calls, in a fresh
 worker process (models/run.py's workers, `--measure memory`): the peak (VmHWM) is reset by
@@ -15,17 +15,18 @@ freed memory does not stay resident and hide the next call's peak. Each route ru
 --processes processes, torch's and ms_aten's alternating; the figure is the median. The
 forward+backward is measured with the backward from the forward's kept graph (the default) and
 with the recompute fallback.
-Writes benchmarks/results/memory.{md,json}.
+Writes a summary per model, benchmarks/results/memory/<model>.json, and rewrites
+memory/README.md from every one there (--out DIR elsewhere).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
+import time
 from pathlib import Path
 
-from benchmarks.common import workers
+from benchmarks.common import summaries, workers
 from benchmarks.models.run import run_worker
 from benchmarks.models.workloads import CONFIGS, TORCH_FORWARD, TORCH_GRAD
 
@@ -36,6 +37,7 @@ PAIRS = [  # (torch route, the ms_aten route measured against it)
 ]
 # Fixed thresholds also stop glibc from raising them as big blocks are freed.
 MALLOC = "glibc.malloc.mmap_threshold=131072:glibc.malloc.trim_threshold=131072"
+FAMILY = "memory"
 
 
 def measure(model: str, processes: int) -> dict:
@@ -80,27 +82,39 @@ def report(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def section(name: str, cell: dict) -> str:
+    """A model's part of the report: its run and its routes' peaks."""
+    meta = cell["meta"]
+    return (summaries.machine_lines(meta) + f"- {meta['processes']} processes per route\n\n"
+            + report({cell["model"]: cell["routes"]}))
+
+
+def write_markdown(out: Path) -> Path:
+    """memory/README.md under `out`, from every model's summary there."""
+    return summaries.write_report(summaries.folder(out, FAMILY),
+                                  "Peak memory: ms_aten against torch eager",
+                                  __doc__.split("\n\n", 2)[2].split("\nWrites", 1)[0], section)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", choices=list(CONFIGS),
                         default=["gpt2-medium", "bert-medium"])
     parser.add_argument("--processes", type=int, default=3)
-    parser.add_argument("--note", default="")
-    parser.add_argument("--out", type=Path, default=workers.RESULTS)
+    workers.add_report_arguments(parser, FAMILY)
     args = parser.parse_args(argv)
-    load_start = os.getloadavg()
-    results = {model: measure(model, args.processes) for model in args.models}
-    table = report(results)
-    print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "memory.json").write_text(json.dumps(results, indent=1))
-    method = __doc__.split("\n\n", 2)[2].split("\nWrites", 1)[0]
-    (args.out / "memory.md").write_text(
-        f"# Peak memory: ms_aten against torch eager\n\n{method}\n"
-        f"\n{args.processes} processes per route; load average at start "
-        f"{tuple(round(x, 2) for x in load_start)}, at end "
-        f"{tuple(round(x, 2) for x in os.getloadavg())}"
-        + (f"; {args.note}" if args.note else "") + f"\n\n{table}\n")
+    out = args.out or workers.RESULTS
+    if workers.report_only(args, write_markdown):
+        return
+    for model in args.models:
+        started, load_start = time.time(), os.getloadavg()
+        rows = measure(model, args.processes)
+        print(report({model: rows}), flush=True)
+        meta = {**workers.machine_meta(started, load_start), "note": args.note,
+                "processes": args.processes}
+        summaries.write_cell(summaries.folder(out, FAMILY), model,
+                             {"meta": meta, "model": model, "routes": rows})
+    print(f"wrote {write_markdown(out)}")
 
 
 if __name__ == "__main__":

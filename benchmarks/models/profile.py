@@ -1,6 +1,6 @@
 """Where the time goes in ms_aten's whole-model routes: a per-phase breakdown from three real
-profilers, each route in fresh processes. Writes benchmarks/results/profile_runs.{md,json}
-(profile.md reads them).
+profilers, each route in fresh processes. Writes
+benchmarks/results/models/profile/profile_runs.{md,json} (profile.md reads them).
 
     .venv/bin/python -m benchmarks.models.profile          # GPT-2 tiny and medium, BERT medium
     .venv/bin/python -m benchmarks.models.profile --models gpt2-tiny --no-perf
@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> None:
                         default=["gpt2-tiny", "gpt2-medium", "bert-medium"])
     parser.add_argument("--routes", nargs="*", choices=ROUTES, default=list(ROUTES))
     parser.add_argument("--no-perf", action="store_true")
-    parser.add_argument("--out", type=Path, default=workers.RESULTS)
+    parser.add_argument("--out", type=Path, default=workers.RESULTS / "models" / "profile")
     parser.add_argument("--note", default="")
     parser.add_argument("--ms-env", nargs="*", default=[], metavar="KEY=VALUE",
                         help="environment for the ms_aten workers (a what-if); the results go "

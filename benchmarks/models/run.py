@@ -24,21 +24,25 @@ Method:
 - ATen's default threads on both sides (one per core), unless --threads.
 --quick times every route of tiny GPT-2 in one process per side, in turns: a check that every
 route runs and launches what it should, not a measurement.
-Writes benchmarks/results/models.{md,json} (--out DIR elsewhere; --quick only with --out).
+Writes a summary per cell, benchmarks/results/models/<model>_<routes>.json: the forward routes
+(forward) and the training ones (training), each with the torch routes they are compared with,
+and a suffix for a configuration other than the default (threads<n>, the --ms-env keys,
+ms_aten_first); and rewrites models/README.md from every cell there (--out DIR elsewhere;
+--quick only with --out).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 from pathlib import Path
 
-from benchmarks.common import workers
+from benchmarks.common import summaries, workers
 from benchmarks.models.workloads import (
     CONFIGS,
     MS_ATEN_ROUTES,
+    TORCH_FORWARD,
     TORCH_ROUTES,
     TORCH_STEP,
     TORCH_STEP_FUSED,
@@ -46,6 +50,12 @@ from benchmarks.models.workloads import (
 
 WORKERS = {"torch": "benchmarks.models.worker_torch", "ms_aten": "benchmarks.models.worker_ms_aten"}
 DEFAULT_MODELS = ("gpt2-tiny", "gpt2-medium", "bert-medium", "gpt2-small", "bert-base")
+FAMILY = "models"
+
+
+def group_of(route: str) -> str:
+    """The cell of an ms_aten route: "forward" beside torch's forward, else "training"."""
+    return "forward" if MS_ATEN_ROUTES[route] == TORCH_FORWARD else "training"
 
 
 def run_worker(side: str, model: str, route: str | None, extra: list[str],
@@ -154,17 +164,46 @@ def report(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
-def write_markdown(results: Path) -> Path:
-    """The report of a results JSON, beside it as .md (--from-json rewrites it alone)."""
-    data = json.loads(results.read_text())
-    meta, samples = data["meta"], data["meta"]["samples"]
-    return workers.write_report(
-        results, "Whole models: ms_aten against torch eager",
-        f"- {meta['processes_per_route']} processes per route; per process the median of "
-        f"{samples['repeats']} samples of at least {samples['target_s']} s\n"
-        + (f"- the ms_aten workers ran with {meta['ms_env']}\n" if meta["ms_env"] else "")
-        + f"- import order of the ms_aten workers: {meta.get('import_first', 'torch')} first\n",
-        __doc__, report(data["models"]))
+def by_group(row: dict) -> dict[str, dict]:
+    """A model's row split into its cells: each group's ms_aten routes (group_of) with the
+    torch routes they are compared with (and torch's fused Adam step beside its default one)."""
+    cells = {}
+    for group in dict.fromkeys(group_of(route) for route in row["ms_aten"]):
+        ours = {r: e for r, e in row["ms_aten"].items() if group_of(r) == group}
+        wanted = {e["vs"] for e in ours.values()}
+        if TORCH_STEP in wanted:
+            wanted.add(TORCH_STEP_FUSED)
+        cells[group] = {"nodes": row["nodes"],
+                        "torch": {r: e for r, e in row["torch"].items() if r in wanted},
+                        "ms_aten": ours, "workers": row["meta"]}
+    return cells
+
+
+def cell_name(model: str, group: str, meta: dict) -> str:
+    """gpt2-small_forward; a configuration other than the default adds threads<n>, the
+    --ms-env keys and ms_aten_first."""
+    return "_".join([model, group] + ([f"threads{meta['threads']}"] if meta["threads"] else [])
+                    + list(meta["ms_env"])
+                    + (["ms_aten_first"] if meta.get("import_first") == "ms_aten" else []))
+
+
+def section(name: str, cell: dict) -> str:
+    """A cell's part of the report: its run, its settings and its routes' figures."""
+    meta, samples = cell["meta"], cell["meta"]["samples"]
+    return (summaries.machine_lines(meta)
+            + f"- {meta['processes_per_route']} processes per route; per process the median of "
+              f"{samples['repeats']} samples of at least {samples['target_s']} s\n"
+            + (f"- the ms_aten workers ran with {meta['ms_env']}\n" if meta["ms_env"] else "")
+            + (f"- ATen threads on both sides: {meta['threads']}\n" if meta["threads"] else "")
+            + f"- import order of the ms_aten workers: {meta.get('import_first', 'torch')} first"
+              f"\n\n" + report({cell["model"]: cell}))
+
+
+def write_markdown(out: Path) -> Path:
+    """models/README.md under `out`, from every cell summary there."""
+    return summaries.write_report(summaries.folder(out, FAMILY),
+                                  "Whole models: ms_aten against torch eager",
+                                  summaries.method(__doc__), section)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -177,45 +216,44 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per route")
     parser.add_argument("--threads", type=int, default=0,
                         help="ATen threads on both sides (0: ATen's default)")
-    workers.add_report_arguments(parser, "models")
+    workers.add_report_arguments(parser, FAMILY)
     parser.add_argument("--ms-env", nargs="*", default=[], metavar="KEY=VALUE",
                         help="environment for the ms_aten workers only, e.g. "
-                             "MS_DEV_HOST_BLOCKING_RUN=1 (a what-if; the figures are then "
-                             "written under models_<KEY>.md)")
+                             "MS_DEV_HOST_BLOCKING_RUN=1 (a what-if; its cells are named "
+                             "<model>_<routes>_<KEY>)")
     parser.add_argument("--import-first", choices=["torch", "ms_aten"], default="torch",
-                        help="what the ms_aten workers import first (results of ms_aten first "
-                             "go to models_ms_aten_first.md)")
+                        help="what the ms_aten workers import first (cells of ms_aten first "
+                             "are named <model>_<routes>_ms_aten_first)")
     args = parser.parse_args(argv)
-    rewritten = workers.rewrite_only(args, write_markdown)
-    if rewritten is not None:
-        return rewritten
+    if workers.report_only(args, write_markdown):
+        return {}
     names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))
     repeats, target_s = (2, 0.02) if args.quick else (5, 0.2)
     extra = ["--repeats", str(repeats), "--target-s", str(target_s), "--threads",
              str(args.threads)]
-    started, load_start = time.time(), os.getloadavg()
     ms_env = parse_env(args.ms_env)
     first = "ms_aten" if args.import_first == "ms_aten" else None  # the workers import torch first
-    rows = {}
+    settings = {"note": args.note, "quick": args.quick,
+                "processes_per_route": 1 if args.quick else args.processes,
+                "samples": {"repeats": repeats, "target_s": target_s}, "threads": args.threads,
+                "ms_env": ms_env, "import_first": args.import_first}
+    out = args.out or (None if args.quick else workers.RESULTS)
+    rows, written = {}, {}
     for name in names:
         print(f"{name}:", flush=True)
+        started, load_start = time.time(), os.getloadavg()
         rows[name] = bench_model(name, args.routes, 1 if args.quick else args.processes, extra,
                                  args.quick, ms_env, first)
-    meta = {**workers.machine_meta(started, load_start), "note": args.note,
-            "quick": args.quick,
-            "processes_per_route": 1 if args.quick else args.processes,
-            "samples": {"repeats": repeats, "target_s": target_s}, "threads": args.threads,
-            "ms_env": ms_env, "import_first": args.import_first}
+        meta = {**workers.machine_meta(started, load_start), **settings}
+        for group, part in by_group(rows[name]).items():
+            cell = cell_name(name, group, meta)
+            written[cell] = {"meta": meta, "model": name, **part}
+            if out is not None:
+                summaries.write_cell(summaries.folder(out, FAMILY), cell, written[cell])
     print(report(rows))
-    out = args.out or (None if args.quick else workers.RESULTS)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        parts = (["models"] + ([f"threads{args.threads}"] if args.threads else []) + list(ms_env)
-                 + (["ms_aten_first"] if first else []))
-        path = out / f"{'_'.join(parts)}.json"
-        path.write_text(json.dumps({"meta": meta, "models": rows}, indent=1))
-        write_markdown(path)
-    return rows
+        print(f"wrote {write_markdown(out)}")
+    return written
 
 
 if __name__ == "__main__":

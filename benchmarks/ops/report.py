@@ -1,7 +1,7 @@
-"""Writing the results: results.json (everything), results.md (tables), speed.png (plots)."""
+"""Writing the results: a run's summary, ops/<cell>.json (every figure), and its plots,
+ops/<cell>.png; the family's report, ops/README.md (tables), from every cell's summary."""
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 
+from benchmarks.common import summaries  # noqa: E402
 from benchmarks.ops.results import (  # noqa: E402
     EMPTY_AOT,
     GRAPH,
@@ -22,8 +23,11 @@ from benchmarks.ops.results import (  # noqa: E402
     SEED_AOT,
     CaseResult,
     RouteResult,
+    case_from_dict,
 )
 
+FAMILY = "ops"
+PARTS = ("cases", "chains", "threads", "dispatcher")
 WIN_MARGIN = 1.1  # smaller differences are within this machine's noise
 COLUMNS = [(MS_ATEN, GRAPH), (MS_ATEN, PYNATIVE), (NATIVE, GRAPH), (NATIVE, PYNATIVE),
            (PYFUNC, GRAPH), (PYFUNC, PYNATIVE), (SEED_AOT, GRAPH), (SEED_AOT, PYNATIVE),
@@ -184,39 +188,41 @@ def dispatcher_lines(dispatcher: list[CaseResult]) -> list[str]:
 
 
 def header_lines(meta: dict) -> list[str]:
-    lines = [f"# ms_aten benchmark{' (quick)' if meta['quick'] else ''}", "",
-             f"- date: {meta['date']}; host: {meta['host']}",
+    lines = [f"- date: {meta['date']}; host: {meta['host']}",
              f"- versions: {meta['versions']}",
              f"- threads: {meta['threads']}",
-             f"- load average (1/5/15 min) at start {meta['loadavg_start']}, "
-             f"at end {meta['loadavg_end']}; wall time {meta['wall_s']:.0f} s"]
+             f"- load average (1/5/15 min) at start {tuple(meta['loadavg_start'])}, "
+             f"at end {tuple(meta['loadavg_end'])}; wall time {meta['wall_s']:.0f} s"]
+    if meta["quick"]:
+        lines.append("- quick: a smoke run, not a measurement")
     if meta.get("note"):
         lines.append(f"- note: {meta['note']}")
     return lines + ["", meta["method"], ""]
 
 
 def markdown(report: Report) -> str:
+    """A run's section of the report: its record and method, then its tables."""
     lines = header_lines(report.meta)
-    lines += ["## All routes: µs per call (×ratio to ATen out=, lower is faster)", "",
+    lines += ["### All routes: µs per call (×ratio to ATen out=, lower is faster)", "",
               *main_table(report.cases), ""]
     if report.chains:
         length = report.chains[0].chain_length
-        lines += [f"## Per op inside one graph: a Cell chaining {length} calls, time/{length}",
+        lines += [f"### Per op inside one graph: a Cell chaining {length} calls, time/{length}",
                   "", *chain_table(report.chains), ""]
-    lines += ["## Where ms_aten beats MindSpore's native CPU kernel, and by how much", "",
+    lines += ["### Where ms_aten beats MindSpore's native CPU kernel, and by how much", "",
               "Against the fastest native equivalent that runs and is right, in the same mode; "
               f"listed from ×{WIN_MARGIN:g} on, as smaller differences are within this "
               "machine's noise.", "",
               *table(["op", "size", "mode", "ms_aten µs", "native µs", "native", "speedup"],
                      wins(report.cases, report.chains)), ""]
-    lines += ["## Routes that are n/a or wrong (never timed)", "",
+    lines += ["### Routes that are n/a or wrong (never timed)", "",
               *table(["op", "sizes", "family", "impl", "mode", "status", "reason"],
                      failures(report.cases + report.chains)), ""]
     if report.threads:
-        lines += ["## torch threads (torch.set_num_threads) on elementwise ops and reductions",
+        lines += ["### torch threads (torch.set_num_threads) on elementwise ops and reductions",
                   "", *thread_table(report.threads), ""]
     if report.dispatcher:
-        lines += ["## Dispatcher overhead: PYNATIVE per call on 8 elements", "",
+        lines += ["### Dispatcher overhead: PYNATIVE per call on 8 elements", "",
                   *dispatcher_lines(report.dispatcher), ""]
     return "\n".join(lines)
 
@@ -272,11 +278,35 @@ def plot(report: Report, path: Path) -> None:
     plt.close(fig)
 
 
-def write(report: Report, out: Path) -> list[Path]:
-    """results.json, results.md and speed.png under `out`; returns their paths."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "results.json", out / "results.md", out / "speed.png"]
-    paths[0].write_text(json.dumps(asdict(report), indent=1) + "\n")
-    paths[1].write_text(markdown(report) + "\n")
-    plot(report, paths[2])
-    return paths
+def from_summary(summary: dict) -> Report:
+    """A run's Report from its summary (the JSON of asdict(Report))."""
+    return Report(summary["meta"], *([case_from_dict(dict(case)) for case in summary[part]]
+                                     for part in PARTS))
+
+
+def cell_name(ops: tuple[str, ...], every_op: tuple[str, ...], quick: bool) -> str:
+    """A run's cell, named for its ops: "all_ops" for all of them (`every_op`; "quick" for the
+    quick run's), else the ops it ran, sorted, joined by "+" (quick_... for the quick run)."""
+    chosen = "+".join(sorted(set(ops))) if set(ops) != set(every_op) else ""
+    if quick:
+        return "quick" + (f"_{chosen}" if chosen else "")
+    return chosen or "all_ops"
+
+
+def write_markdown(out: Path) -> Path:
+    """ops/README.md under `out`, from every cell's summary there."""
+    return summaries.write_report(
+        summaries.folder(out, FAMILY), "ms_aten op by op",
+        "Each cell is a run of `python -m benchmarks.ops.run` over the ops it names (all_ops: "
+        "all of them), with its own method (as it was at that run) and its plots, `<cell>.png`.",
+        lambda name, summary: markdown(from_summary(summary)))
+
+
+def write(report: Report, out: Path, name: str) -> list[Path]:
+    """The run's summary <name>.json and plots <name>.png in ops/ under `out`, and the report,
+    ops/README.md; returns their paths."""
+    family = summaries.folder(out, FAMILY)
+    cell = summaries.write_cell(family, name, asdict(report))
+    plots = family / f"{name}.png"
+    plot(report, plots)
+    return [cell, plots, write_markdown(out)]

@@ -1,6 +1,7 @@
 """Benchmark ms_aten op by op against ATen eager out=, MindSpore's native CPU ops, a pyfunc
 Custom calling torch through numpy, the seed-style hand-written AOT kernel and an empty AOT
-kernel (MindSpore's own cost of a Custom op). Writes results.md, results.json and speed.png.
+kernel (MindSpore's own cost of a Custom op). Writes the run's summary and plots, ops/<cell>.json
+and ops/<cell>.png, and rewrites the report, ops/README.md.
 
     .venv/bin/python -m benchmarks.ops.run                # full run: 3 rounds, about 45 minutes
     .venv/bin/python -m benchmarks.ops.run --quick        # CI smoke: 3 ops, small inputs, 1 round
@@ -10,8 +11,10 @@ kernel (MindSpore's own cost of a Custom op). Writes results.md, results.json an
 This process only orchestrates (it imports neither torch nor MindSpore): each round runs the
 MindSpore side (ops/worker_ms_aten.py: every route, the natives beside ms_aten in one process)
 and ATen's out= baselines (ops/worker_torch.py, a process that never imports MindSpore) in
-fresh processes, the order alternating; figures are medians over the rounds. The full run
-writes benchmarks/results/, --quick writes benchmarks/results/quick/.
+fresh processes, the order alternating; figures are medians over the rounds. A run is a cell
+named for its ops (all_ops, or the --ops joined by "+"; quick for --quick), rewritten when those
+ops are run again: the full run writes benchmarks/results/ops/all_ops.{json,png}, --quick
+benchmarks/results/quick/ops/quick.{json,png} (--out DIR: DIR/ops/).
 """
 from __future__ import annotations
 
@@ -24,12 +27,11 @@ import time
 from pathlib import Path
 
 from benchmarks.common import workers
-from benchmarks.ops.plan import THREAD_COUNTS, plan_for
-from benchmarks.ops.report import Report, write
+from benchmarks.ops.plan import ALL_OPS, QUICK, THREAD_COUNTS, plan_for
+from benchmarks.ops.report import PARTS, Report, cell_name, write, write_markdown
 from benchmarks.ops.results import case_from_dict, merge
 
 WORKERS = {"torch": "benchmarks.ops.worker_torch", "ms_aten": "benchmarks.ops.worker_ms_aten"}
-PARTS = ("cases", "chains", "threads", "dispatcher")
 
 METHOD = """\
 Method:
@@ -52,9 +54,9 @@ Method:
   (torch.set_num_threads for the baseline, ms_aten.set_num_threads for ms_aten's kernels,
   which run in MindSpore's threads), n = {thread_counts}.
 - GRAPH routes: one nn.Cell per route, compiled once before timing. 'native' is the fastest
-  right MindSpore equivalent in that mode (ops.* or mint.*; every candidate is in
-  results.json). pyfunc: ops.Custom(func_type="pyfunc") calling the torch function through
-  numpy. seed_aot: csrc/examples/leaky_relu.cpp built with `python -m ms_aten.build`
+  right MindSpore equivalent in that mode (ops.* or mint.*; every candidate is in the run's
+  summary, ops/<cell>.json). pyfunc: ops.Custom(func_type="pyfunc") calling the torch function
+  through numpy. seed_aot: csrc/examples/leaky_relu.cpp built with `python -m ms_aten.build`
   ({seed_note}). empty_aot: benchmarks/ops/empty_kernel.cpp, a Custom aot kernel that returns at
   once (not checked: it computes nothing): MindSpore's own cost of launching any Custom op.
 """
@@ -63,19 +65,24 @@ Method:
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="CI smoke run: small, one round")
-    parser.add_argument("--out", type=Path, help="output folder (default: benchmarks/results, or "
+    parser.add_argument("--out", type=Path, help="folder for ops/ (default: benchmarks/results, or "
                                       "benchmarks/results/quick with --quick)")
     parser.add_argument("--note", default="", help="a line for the results header, e.g. "
                                                    "what else loaded the machine")
     parser.add_argument("--ops", help="comma-separated subset of the benchmarked ops")
     parser.add_argument("--processes", type=int, help="rounds of fresh processes (default 3, "
                                                       "--quick 1)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="only rewrite ops/README.md from the cell summaries there")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     plan = plan_for(args.quick, args.ops)
+    if args.report_only:
+        print(f"wrote {write_markdown(args.out or plan.out)}")
+        return 0
     rounds = args.processes or (1 if args.quick else 3)
     flags = (["--quick"] if args.quick else []) + (["--ops", args.ops] if args.ops else [])
     started, load_start = time.time(), os.getloadavg()
@@ -113,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                                 thread_counts=" and ".join(map(str, THREAD_COUNTS))),
     }
     report = Report(meta, *(merged[part] for part in PARTS))
-    for path in write(report, args.out or plan.out):
+    name = cell_name(plan.ops, QUICK.ops if args.quick else ALL_OPS, args.quick)
+    for path in write(report, args.out or plan.out, name):
         print(f"wrote {path}")
     return 0
 

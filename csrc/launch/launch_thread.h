@@ -6,11 +6,11 @@
 // of its own (the actor threads of a graph, the PYNATIVE device task), so ATen's regions opened
 // there gave the process several teams: libgomp then manages more threads than the machine has
 // cores and cuts its workers' spinning to a few hundred iterations before they sleep, and every
-// parallel region waits for a sleeping worker (benchmarks/results/profile.md). Here every
-// kernel whose work ATen may split runs on the launch thread, one team for all of them, with the
-// thread count ms_aten.set_num_threads chose. Work too small for ATen to split runs inline on the
-// caller's thread, where a hand-off would cost more than the work, with ATen's parallel loops
-// held to that thread so that no team is opened there.
+// parallel region waits for a sleeping worker (benchmarks/results/models/profile/profile.md).
+// Here every kernel whose work ATen may split runs on the launch thread, one team for all of
+// them, with the thread count ms_aten.set_num_threads chose. Work too small for ATen to split
+// runs inline on the caller's thread, where a hand-off would cost more than the work, with
+// ATen's parallel loops held to that thread so that no team is opened there.
 #pragma once
 
 #include <functional>

@@ -19,8 +19,8 @@ import torch
 
 KERNELS = ("aten", "onednn")
 # Below about a million weights oneDNN's fixed cost per call (about 35 us) outweighs what it
-# saves at one row (results/linear_kernels.md: 256 x 1,024, ATen 0.088 ms against 0.116;
-# 1,024 x 1,024, 0.373 against 0.244).
+# saves at one row (benchmarks/results/decode_batch/linear_kernels.md: 256 x 1,024, ATen 0.088
+# ms against 0.116; 1,024 x 1,024, 0.373 against 0.244).
 MIN_WEIGHTS = 1 << 20
 
 

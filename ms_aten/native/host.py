@@ -4,8 +4,8 @@ MindSpore's host pipeline. MindSpore 2.10 hands every op and graph run to queue 
 waits for them in a busy loop (AsyncRQueue::Wait), while idle queue workers spin in
 sched_yield loops. On a CPU those spinning threads take the cores that the kernels (ATen's
 OpenMP team, MindSpore's thread pool) need, and each kernel that waits for a core loses a
-scheduler slice (benchmarks/results/profile.md: medium GPT-2's forward and backward took
-292 ms that way and 116 ms without, for the same 95 ms of ATen work). With
+scheduler slice (benchmarks/results/models/profile/profile.md: medium GPT-2's forward and
+backward took 292 ms that way and 116 ms without, for the same 95 ms of ATen work). With
 MS_DEV_HOST_BLOCKING_RUN=1, MindSpore runs each task on the thread that asks for it. MindSpore
 reads the variable once, at its first task, so ms_aten sets it at import, before any op runs,
 unless the user set it (to any value) or the device is not the CPU, where the asynchronous

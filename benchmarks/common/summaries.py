@@ -53,11 +53,6 @@ def _holds_dict(value: dict | list) -> bool:
     return any(isinstance(v, dict) or (isinstance(v, list) and _holds_dict(v)) for v in items)
 
 
-def folder(out: Path, family: str) -> Path:
-    """A family's folder of cells under `out` (benchmarks/results, or --out DIR)."""
-    return out / family
-
-
 def write_cell(family_folder: Path, name: str, summary: dict) -> Path:
     """The cell's summary as <name>.json, replacing an earlier run's."""
     family_folder.mkdir(parents=True, exist_ok=True)
@@ -99,6 +94,8 @@ def write_report(family_folder: Path, title: str, intro: str,
     `title`, `intro` (the method), then one section per cell, `section(name, summary)` under
     the cell's name, and `outro`."""
     cells = read_cells(family_folder)
+    if not cells:  # --report-only on a folder no run wrote
+        raise SystemExit(f"no cell summaries (<cell>.json) in {family_folder}")
     parts = [f"# {title}\n", f"One section per cell, each from its summary beside this page, "
              f"`<cell>.json` (the figures below; checked outputs such as decoded tokens as their "
              f"sha256, of {SHA256_OF}); a rerun of a cell rewrites its summary and this page.\n",

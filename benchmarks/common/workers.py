@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: workers run as modules from here
-RESULTS = ROOT / "benchmarks" / "results"  # a folder per family (common/results.py)
+RESULTS = ROOT / "benchmarks" / "results"  # a folder per family (common/summaries.py)
 RESULT = "RESULT "
 TIMEOUT_S = 3600
 

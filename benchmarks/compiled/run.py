@@ -161,7 +161,7 @@ def section(name: str, cell: dict) -> str:
 def write_markdown(out: Path) -> Path:
     """compiled/README.md under `out`, from every model's summary there."""
     return summaries.write_report(
-        summaries.folder(out, FAMILY),
+        out / FAMILY,
         "Compiled programs: ms_aten compile= against torch eager and torch.compile",
         summaries.method(__doc__), section)
 
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
             rows[name] = bench_model(name, processes, ways, extra, Path(caches))
             meta = {**workers.machine_meta(started, load_start), "note": args.note,
                     "processes_per_route": processes, "quick": args.quick}
-            path = summaries.write_cell(summaries.folder(out, FAMILY), name,
+            path = summaries.write_cell(out / FAMILY, name,
                                         {"meta": meta, "model": name, "routes": rows[name]})
             print(f"wrote {path}", flush=True)
     print(report(rows))

@@ -186,7 +186,7 @@ def section(name: str, cell: dict) -> str:
 def write_markdown(out: Path) -> Path:
     """decode/README.md under `out`, from every cell summary there."""
     return summaries.write_report(
-        summaries.folder(out, FAMILY), "Decoding with a KV cache: ms_aten against torch eager",
+        out / FAMILY, "Decoding with a KV cache: ms_aten against torch eager",
         summaries.method(__doc__), section,
         f"ms/token at a position: the median over the tokens fed within ±{WINDOW} positions. "
         f"Capture: ms_aten.causal_lm (torch: building the static cache).")
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
             written[cell] = summary(meta, name, row["reference"], mine)
             print(f"\n{cell}:\n{section(cell, written[cell])}", flush=True)
             if out is not None:
-                summaries.write_cell(summaries.folder(out, FAMILY), cell, written[cell])
+                summaries.write_cell(out / FAMILY, cell, written[cell])
     if out is not None:
         print(f"wrote {write_markdown(out)}")
     return written

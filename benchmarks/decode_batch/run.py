@@ -263,7 +263,7 @@ def section(name: str, cell: dict) -> str:
 def write_markdown(out: Path) -> Path:
     """decode_batch/README.md under `out`, from every cell summary there."""
     return summaries.write_report(
-        summaries.folder(out, FAMILY),
+        out / FAMILY,
         "Batched decoding: ms_aten against torch eager, and the memory bound",
         summaries.method(__doc__), section)
 
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def write(name: str) -> None:
         if out is not None:
-            summaries.write_cell(summaries.folder(out, FAMILY), name, written[name])
+            summaries.write_cell(out / FAMILY, name, written[name])
 
     clock: list = [time.time(), os.getloadavg()]  # when the cell being measured began
 

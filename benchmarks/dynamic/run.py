@@ -134,7 +134,7 @@ def section(name: str, cell: dict) -> str:
 
 def write_markdown(out: Path) -> Path:
     """dynamic/README.md under `out`, from every workload's summary there."""
-    return summaries.write_report(summaries.folder(out, FAMILY),
+    return summaries.write_report(out / FAMILY,
                                   "Dynamic shapes: ms_aten against torch eager",
                                   summaries.method(__doc__), section)
 
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
     for workload, cell in written.items():
         print(f"\n{workload}:\n{section(workload, cell)}")
         if out is not None:
-            summaries.write_cell(summaries.folder(out, FAMILY), workload, cell)
+            summaries.write_cell(out / FAMILY, workload, cell)
     if out is not None:
         print(f"wrote {write_markdown(out)}")
     return written

@@ -89,7 +89,7 @@ def section(name: str, cell: dict) -> str:
 
 def write_markdown(out: Path) -> Path:
     """host/README.md under `out`, from the summary there."""
-    return summaries.write_report(summaries.folder(out, FAMILY),
+    return summaries.write_report(out / FAMILY,
                                   "MindSpore's own training step, with and without ms_aten",
                                   __doc__.split("\n\n", 2)[2].split("\nWrites")[0], section)
 
@@ -125,7 +125,7 @@ def main() -> None:
                                          / medians[workload]["MindSpore alone"],
                                          "per_process_ms": ms} for v, ms in row.items()}
                           for workload, row in results.items()}}
-    summaries.write_cell(summaries.folder(out, FAMILY), CELL, cell)
+    summaries.write_cell(out / FAMILY, CELL, cell)
     print(section(CELL, cell))
     print(f"wrote {write_markdown(out)}")
 

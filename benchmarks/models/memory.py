@@ -91,7 +91,7 @@ def section(name: str, cell: dict) -> str:
 
 def write_markdown(out: Path) -> Path:
     """memory/README.md under `out`, from every model's summary there."""
-    return summaries.write_report(summaries.folder(out, FAMILY),
+    return summaries.write_report(out / FAMILY,
                                   "Peak memory: ms_aten against torch eager",
                                   __doc__.split("\n\n", 2)[2].split("\nWrites", 1)[0], section)
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
         print(report({model: rows}), flush=True)
         meta = {**workers.machine_meta(started, load_start), "note": args.note,
                 "processes": args.processes}
-        summaries.write_cell(summaries.folder(out, FAMILY), model,
+        summaries.write_cell(out / FAMILY, model,
                              {"meta": meta, "model": model, "routes": rows})
     print(f"wrote {write_markdown(out)}")
 

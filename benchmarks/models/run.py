@@ -201,7 +201,7 @@ def section(name: str, cell: dict) -> str:
 
 def write_markdown(out: Path) -> Path:
     """models/README.md under `out`, from every cell summary there."""
-    return summaries.write_report(summaries.folder(out, FAMILY),
+    return summaries.write_report(out / FAMILY,
                                   "Whole models: ms_aten against torch eager",
                                   summaries.method(__doc__), section)
 
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
             cell = cell_name(name, group, meta)
             written[cell] = {"meta": meta, "model": name, **part}
             if out is not None:
-                summaries.write_cell(summaries.folder(out, FAMILY), cell, written[cell])
+                summaries.write_cell(out / FAMILY, cell, written[cell])
     print(report(rows))
     if out is not None:
         print(f"wrote {write_markdown(out)}")

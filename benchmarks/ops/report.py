@@ -296,7 +296,7 @@ def cell_name(ops: tuple[str, ...], every_op: tuple[str, ...], quick: bool) -> s
 def write_markdown(out: Path) -> Path:
     """ops/README.md under `out`, from every cell's summary there."""
     return summaries.write_report(
-        summaries.folder(out, FAMILY), "ms_aten op by op",
+        out / FAMILY, "ms_aten op by op",
         "Each cell is a run of `python -m benchmarks.ops.run` over the ops it names (all_ops: "
         "all of them), with its own method (as it was at that run) and its plots, `<cell>.png`.",
         lambda name, summary: markdown(from_summary(summary)))
@@ -305,7 +305,7 @@ def write_markdown(out: Path) -> Path:
 def write(report: Report, out: Path, name: str) -> list[Path]:
     """The run's summary <name>.json and plots <name>.png in ops/ under `out`, and the report,
     ops/README.md; returns their paths."""
-    family = summaries.folder(out, FAMILY)
+    family = out / FAMILY
     cell = summaries.write_cell(family, name, asdict(report))
     plots = family / f"{name}.png"
     plot(report, plots)

@@ -1,8 +1,10 @@
 #include "launch/kernel.h"
 
 #include <ATen/record_function.h>
+#include <c10/util/Exception.h>
 
 #include <stdexcept>
+#include <vector>
 
 #include "boundary/bridge_abi.h"
 #include "boundary/ms_ext.h"
@@ -14,6 +16,24 @@
 #include "op/results.h"
 
 namespace ms_aten {
+namespace {
+
+// Holds the warnings of an out= attempt (c10's handler is per thread): they reach the user only
+// if its result is kept. An out= kernel that resizes our fixed views (soft_margin_loss.out
+// writes the elementwise loss, then reduces) warns about the resize, and is then retried as the
+// functional call, which is what actually ran.
+class HeldWarnings : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override { held_.push_back(warning); }
+  void release() const {
+    for (const auto& warning : held_) c10::warn(warning);
+  }
+
+ private:
+  std::vector<c10::Warning> held_;
+};
+
+}  // namespace
 
 Kernel::Kernel(std::unique_ptr<OpCall> call, std::unique_ptr<OpCall> out, std::string error)
     : call_(std::move(call)), out_(std::move(out)), error_(std::move(error)) {
@@ -159,10 +179,14 @@ bool Kernel::try_out(const std::vector<at::Tensor>& inputs, const std::vector<at
     in_place[0] = outputs[0];
   }
   auto stack = out_->stack(in_place.empty() ? inputs : in_place, outputs);
-  try {
-    out_->op().callBoxed(stack);
-  } catch (const std::exception&) {
-    return false;  // the functional retry reports the error if it is the input's fault
+  HeldWarnings warnings;
+  {
+    c10::WarningUtils::WarningHandlerGuard hold(&warnings);
+    try {
+      out_->op().callBoxed(stack);
+    } catch (const std::exception&) {
+      return false;  // the functional retry reports the error if it is the input's fault
+    }
   }
   // An out= kernel that resized or re-pointed an output wrote memory MindSpore never sees.
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -173,6 +197,7 @@ bool Kernel::try_out(const std::vector<at::Tensor>& inputs, const std::vector<at
       return false;
     }
   }
+  warnings.release();
   return true;
 }
 

@@ -5,11 +5,12 @@
 
 The package's face: the layers behind it are ms_aten.native (the compiled library and plain
 conversions), ms_aten.ops (one op as a primitive), ms_aten.programs (a whole graph as one) and
-ms_aten.optim (torch's optimizers over ATen's fused kernels).
+ms_aten.optim (torch's optimizers over ATen's fused kernels) and ms_aten.nn (torch's losses as
+MindSpore loss Cells).
 """
 import torch  # noqa: F401  (before the rest: libms_aten.so needs libtorch loaded)
 
-from . import optim
+from . import nn, optim
 from ._version import __version__
 from .decoding.causal_lm import CausalLM, causal_lm
 from .decoding.generate import GenerateOutput, generate
@@ -42,5 +43,5 @@ __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM",
            "GenerateOutput", "ShapeInferenceError", "TorchFunction", "TorchModule",
            "ValueDependentError", "ValueDependentOp",
            "__version__", "cached_bytes", "causal_lm", "empty_cache", "function", "generate",
-           "get_num_threads", "launch_count", "module", "op", "optim", "set_num_threads", "to_ms",
+           "get_num_threads", "launch_count", "module", "nn", "op", "optim", "set_num_threads", "to_ms",
            "to_torch"]

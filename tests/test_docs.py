@@ -122,15 +122,19 @@ def _public_names(init: Path) -> set[str]:
 
 
 def test_api_reference_lists_every_public_name() -> None:
-    """docs/api.md renders each name of ms_aten.__all__ and of ms_aten.optim's, and nothing
-    else: a name added to the package's face, or moved behind it, shows in the reference."""
+    """docs/api.md renders each name of ms_aten.__all__ and of its packages optim's and nn's,
+    and nothing else: a name added to the package's face, or moved behind it, shows in the
+    reference."""
     rendered = re.findall(r"^::: ms_aten\.([\w.]+)$", (ROOT / "docs" / "api.md").read_text(),
                           re.MULTILINE)
-    optimizers = {name.removeprefix("optim.") for name in rendered if name.startswith("optim.")}
-    # __version__ is a string; optim is a package, whose optimizers are rendered one by one.
+    packages = {"optim", "nn"}  # rendered name by name
+    # __version__ is a string.
     assert {name for name in rendered if "." not in name} == \
-        _public_names(ROOT / "ms_aten" / "__init__.py") - {"__version__", "optim"}
-    assert optimizers == _public_names(ROOT / "ms_aten" / "optim" / "__init__.py")
+        _public_names(ROOT / "ms_aten" / "__init__.py") - {"__version__", *packages}
+    for package in packages:
+        assert {name.removeprefix(f"{package}.") for name in rendered
+                if name.startswith(f"{package}.")} == \
+            _public_names(ROOT / "ms_aten" / package / "__init__.py")
 
 
 def test_readme_is_a_front_page() -> None:

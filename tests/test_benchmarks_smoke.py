@@ -1,7 +1,7 @@
 """Smoke test of the benchmark harness: each family's driver (`python -m benchmarks.ops.run`,
 `benchmarks.models.run`, `benchmarks.dynamic.run`, `benchmarks.decode.run`,
-`benchmarks.compiled.run`, `benchmarks.decode_batch.run`) runs with --quick
-and writes its results: a summary per cell, <family>/<cell>.json, and the family's report,
+`benchmarks.compiled.run`, `benchmarks.decode_batch.run`, `benchmarks.losses.run`) runs with
+--quick and writes its results: a summary per cell, <family>/<cell>.json, and the family's report,
 <family>/README.md.
 
 No timing is asserted: the numbers depend on the machine and its load.
@@ -206,3 +206,19 @@ def test_quick_batched_decode_benchmark_runs_every_route_beside_the_bound(
     assert all(entry["step_ms"] > 0 and entry["tokens_per_s"] > 0 for entry in routes.values())
     assert "| ms_aten.generate, GRAPH (one graph) |" in (
         tmp_path / "decode_batch" / "README.md").read_text()
+
+
+def test_quick_losses_benchmark_checks_every_route_against_torch(tmp_path: Path) -> None:
+    """Cross entropy's forward and backward on every route (ms_aten.nn and MindSpore's own, both
+    modes), each in its own process beside torch eager's: the losses and gradients match
+    torch's (the run fails otherwise), and ms_aten.nn's step is two launches."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.losses.run", "--quick",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=TIME_LIMIT_S)
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    row = cells(tmp_path / "losses")["8x100"]["routes"]
+    assert set(row) == {"torch", "ms_aten.nn graph", "ms_aten.nn pynative", "mindspore graph",
+                        "mindspore pynative"}
+    assert row["ms_aten.nn graph"]["launches_per_call"] == 2
+    assert row["ms_aten.nn pynative"]["launches_per_call"] == 2
+    assert "| ms_aten.nn graph |" in (tmp_path / "losses" / "README.md").read_text()

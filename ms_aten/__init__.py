@@ -17,7 +17,7 @@ from .decoding.generate import GenerateOutput, generate
 from .native.build import BuildError
 from .native.convert import to_ms, to_torch
 from .native.host import request_blocking_run as _request_blocking_run
-from .native.library import launch_count
+from .native.library import host_read_count, launch_count
 from .native.library import load as _load_library
 from .native.memory import cached_bytes, empty_cache
 from .native.memory import check_environment as _check_memory_environment
@@ -43,5 +43,5 @@ __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM",
            "GenerateOutput", "ShapeInferenceError", "TorchFunction", "TorchModule",
            "ValueDependentError", "ValueDependentOp",
            "__version__", "cached_bytes", "causal_lm", "empty_cache", "function", "generate",
-           "get_num_threads", "launch_count", "module", "nn", "op", "optim", "set_num_threads", "to_ms",
-           "to_torch"]
+           "get_num_threads", "host_read_count", "launch_count", "module", "nn", "op", "optim",
+           "set_num_threads", "to_ms", "to_torch"]

@@ -307,6 +307,7 @@ MS_ATEN_C_API const char* ms_aten_kernel_name(const void* kernel) {
 }
 
 MS_ATEN_C_API int64_t ms_aten_launch_count() { return ms_aten::launch_count(); }
+MS_ATEN_C_API int64_t ms_aten_host_read_count() { return ms_aten::host_read_count(); }
 
 MS_ATEN_C_API void ms_aten_set_num_threads(int n) { ms_aten::set_num_threads(n); }
 MS_ATEN_C_API int ms_aten_get_num_threads() { return ms_aten::num_threads(); }

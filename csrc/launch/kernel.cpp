@@ -3,7 +3,10 @@
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
+#include <mutex>
 #include <stdexcept>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "boundary/bridge_abi.h"
@@ -105,6 +108,45 @@ bool start_in_place(const std::vector<at::Tensor>& inputs, const std::vector<at:
 
 int64_t launch_count() { return g_launches.load(std::memory_order_relaxed); }
 
+namespace {
+std::atomic<int64_t> g_host_reads{0};
+thread_local int t_launches_here = 0;  // launches running on this thread (launch_here)
+
+// Marks this thread as running a launch, for the host-read observer.
+class InLaunch {
+ public:
+  InLaunch() { ++t_launches_here; }
+  ~InLaunch() { --t_launches_here; }
+  InLaunch(const InLaunch&) = delete;
+  InLaunch& operator=(const InLaunch&) = delete;
+};
+
+bool reads_on_host(const char* op) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::_local_scalar_dense", "aten::nonzero",   "aten::masked_select", "aten::_unique2",
+      "aten::unique_consecutive",  "aten::unique_dim"};
+  return ops.count(op) > 0;
+}
+
+void observe_host_reads() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    at::addGlobalCallback(at::RecordFunctionCallback([](const at::RecordFunction& fn)
+                                                         -> std::unique_ptr<at::ObserverContext> {
+                            if (t_launches_here > 0 && reads_on_host(fn.name())) note_host_read();
+                            return nullptr;
+                          }).scopes({at::RecordScope::FUNCTION}));
+  });
+}
+}  // namespace
+
+void note_host_read() { g_host_reads.fetch_add(1, std::memory_order_relaxed); }
+
+int64_t host_read_count() {
+  observe_host_reads();
+  return g_host_reads.load(std::memory_order_relaxed);
+}
+
 void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
                     c10::Device device, std::unique_ptr<SavedGraph>* slot) const {
   g_launches.fetch_add(1, std::memory_order_relaxed);
@@ -123,6 +165,7 @@ void Kernel::launch_here(int nparam, void** params, int* ndims, int64_t** shapes
   // profile_all_threads: launches run on ms_aten's launch thread) then shows each launch's
   // phases (benchmarks/profile_models.py). Without a profiler it costs a flag check.
   RECORD_FUNCTION("ms_aten launch: " + name_, c10::ArrayRef<const c10::IValue>{});
+  const InLaunch in_launch;
   const auto program = family_ ? family_->select(nparam, ndims, shapes, dtypes) : program_;
   const int n_in = program ? program->input_count(nparam) : call_->input_count(nparam);
   if (n_in < 0 || n_in > nparam) {

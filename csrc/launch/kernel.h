@@ -68,4 +68,15 @@ class Kernel {
 // launch count of a whole-model forward through it (ms_aten_launch_count).
 int64_t launch_count();
 
+// How many times a launch read tensor values back to the host: on a device each such read
+// waits for the stream, so none belongs on a launch path (a test keeps the count at zero over a
+// model's forward and backward, on the CPU, where every read of device memory would be one).
+// Counted: the ATen ops a launch runs, on the thread that runs it, whose CUDA kernels read
+// device memory on the host (item() and every Scalar read: _local_scalar_dense; nonzero,
+// masked_select and unique, which size their outputs from the data), and ms_aten's own reads
+// (note_host_read). The ops are observed through torch's RecordFunction from the first call
+// on (ms_aten_host_read_count), which costs every op of the process a little, so not before.
+int64_t host_read_count();
+void note_host_read();
+
 }  // namespace ms_aten

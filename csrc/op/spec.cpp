@@ -245,6 +245,7 @@ OpCall::OpCall(const std::string& spec) {
           slots_.push_back(std::move(slot));
           break;
         }
+        case 'L': slots_.push_back({SlotKind::kLaunchDevice, 0, {}}); break;
         case 'D': {
           const auto& arg = op_->schema().arguments()[i - 4];
           if (!arg.default_value()) fail(spec, "argument '" + arg.name() + "' has no default");
@@ -375,13 +376,14 @@ std::vector<c10::IValue> OpCall::stack(const std::vector<at::Tensor>& inputs,
                                 std::to_string(inputs.size()));
   }
   std::vector<c10::IValue> stack;
-  fill(stack, inputs, list_len, outputs);
+  fill(stack, inputs, list_len, outputs, std::nullopt);
   return stack;
 }
 
-std::vector<c10::IValue> OpCall::stack_over(const std::vector<c10::IValue>& values) const {
+std::vector<c10::IValue> OpCall::stack_over(const std::vector<c10::IValue>& values,
+                                            c10::Device device) const {
   std::vector<c10::IValue> stack;
-  fill(stack, values, 0, {});
+  fill(stack, values, 0, {}, device);
   return stack;
 }
 
@@ -434,7 +436,7 @@ const c10::IValue& scalar_at(const std::vector<c10::IValue>& values, size_t i) {
 
 template <class Values>
 void OpCall::fill(std::vector<c10::IValue>& stack, const Values& inputs, int list_len,
-                  const std::vector<at::Tensor>& outputs) const {
+                  const std::vector<at::Tensor>& outputs, std::optional<c10::Device> device) const {
   stack.reserve(slots_.size());
   for (const Slot& slot : slots_) {
     switch (slot.kind) {
@@ -486,6 +488,10 @@ void OpCall::fill(std::vector<c10::IValue>& stack, const Values& inputs, int lis
         stack.emplace_back(std::move(list));
         break;
       }
+      case SlotKind::kLaunchDevice:
+        if (!device) throw std::invalid_argument("an L token (the launch's device) is a program's");
+        stack.emplace_back(*device);
+        break;
     }
   }
 }

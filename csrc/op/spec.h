@@ -33,6 +33,8 @@
 //   z<j>        the scalar value j, for any non-tensor argument (int, float, Scalar, bool)
 //   Z<j>        the scalar value j where the schema takes a Tensor, wrapped as W is
 //   J<a,b,..>   an int list whose items are ints or z<j> (view sizes, expand sizes)
+//   L           the launch's device (a Device argument): a program carries no device of its
+//               own, so arange, full, _to_copy, ... build on the device its buffers are on
 #pragma once
 
 #include <ATen/ATen.h>
@@ -92,7 +94,9 @@ class OpCall {
   // The stack of a program node (program/program.h): every tensor slot names its index in
   // `values` (t<j>, T[..], Q[..]), and z<j> / J<..> name scalars there; a variable-length list
   // or an out= slot is an error at decode time.
-  std::vector<c10::IValue> stack_over(const std::vector<c10::IValue>& values) const;
+  // L tokens take `device`, the launch's.
+  std::vector<c10::IValue> stack_over(const std::vector<c10::IValue>& values,
+                                      c10::Device device) const;
 
   // The indices into a program's values this call reads, tensors and scalars (for the value
   // lifetimes and checks).
@@ -117,7 +121,8 @@ class OpCall {
     kOutput,
     kScalar,
     kWrappedScalar,
-    kIntList
+    kIntList,
+    kLaunchDevice
   };
   struct Slot {
     SlotKind kind;
@@ -137,9 +142,10 @@ class OpCall {
 
   // Values: the call-time tensors (std::vector<at::Tensor>), or a program's value table
   // (std::vector<c10::IValue>), which alone holds the scalars z<j> and J<..> name.
+  // `device`: what L tokens take (a program node's launch device; none for an op spec).
   template <class Values>
   void fill(std::vector<c10::IValue>& stack, const Values& inputs, int list_len,
-            const std::vector<at::Tensor>& outputs) const;
+            const std::vector<at::Tensor>& outputs, std::optional<c10::Device> device) const;
 
   SpecKind kind_;
   int order_ = 0;

@@ -1,6 +1,7 @@
 #include "program/program.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <c10/core/ScalarTypeToTypeMeta.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -11,6 +12,7 @@
 #include <stdexcept>
 
 #include "boundary/ms_ext.h"
+#include "launch/kernel.h"
 #include "op/grad.h"
 #include "op/results.h"
 
@@ -63,17 +65,51 @@ std::string describe(const std::exception& e) {
   return e.what();
 }
 
-// Puts a recorded CPU generator state in place for the VJP's recompute, and restores the
-// current one after: the backward replays the forward's random draws without moving torch's
-// stream. One replay at a time; a random op that another thread runs meanwhile would draw from
-// the replayed stream (documented in docs/limits.md).
+// The default generator of the launch's device: the one its random ops draw from.
+at::Generator launch_generator(c10::Device device) {
+  return at::globalContext().defaultGenerator(device);
+}
+
+// Records the launch device's generator state into the forward's RNG-state output, for a VJP
+// that recomputes. The buffer has the CPU state's size (the largest: 5056 bytes, against 16
+// for CUDA's seed and offset); a device's state fills its first bytes, the rest zero. On a
+// device the state, host memory, goes through pinned memory and a copy that does not wait for
+// the stream (a copy from pageable memory would).
+void record_rng_state(const at::Tensor& output, size_t index) {
+  at::Generator generator = launch_generator(output.device());
+  at::Tensor state;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    state = generator.get_state();
+  }
+  if (output.is_cpu()) return copy_into_output(output, state, index);
+  if (state.numel() > output.numel()) {
+    throw std::runtime_error(c10::str("the ", output.device(), " generator's state takes ",
+                                      state.numel(), " bytes, the RNG-state output holds ",
+                                      output.numel()));
+  }
+  output.zero_();
+  output.narrow(0, 0, state.numel()).copy_(state.pin_memory(), /*non_blocking=*/true);
+}
+
+// Puts a recorded generator state of the launch's device in place for the VJP's recompute, and
+// restores the current one after: the backward replays the forward's random draws without
+// moving torch's stream. One replay at a time; a random op that another thread runs meanwhile
+// would draw from the replayed stream (documented in docs/limits.md). On the CPU the state is
+// MindSpore's buffer, host memory; on a device it is read back to the host: a host read, which
+// waits for the stream (counted: kernel.h, host_read_count).
 class RngReplay {
  public:
   explicit RngReplay(const at::Tensor& state)
-      : lock_(mutex()), generator_(at::detail::getDefaultCPUGenerator()) {
+      : lock_(mutex()), generator_(launch_generator(state.device())) {
     std::lock_guard<std::mutex> generator_lock(generator_.mutex());
     saved_ = generator_.get_state();
-    generator_.set_state(state.clone());
+    if (state.is_cpu()) {
+      generator_.set_state(state.clone());
+    } else {
+      note_host_read();
+      generator_.set_state(state.narrow(0, 0, saved_.numel()).to(at::kCPU));
+    }
   }
   ~RngReplay() {
     std::lock_guard<std::mutex> generator_lock(generator_.mutex());
@@ -342,7 +378,7 @@ void run_check(const std::string& kind, const c10::IValue& value, const c10::IVa
 }  // namespace
 
 void Program::evaluate(std::vector<c10::IValue>& values, size_t first, size_t last,
-                       bool check) const {
+                       c10::Device device, bool check) const {
   for (size_t i = first; i < last; ++i) {
     const Node& node = nodes_[i];
     if (node.check) {
@@ -358,15 +394,16 @@ void Program::evaluate(std::vector<c10::IValue>& values, size_t first, size_t la
         throw std::runtime_error(c10::str("scalar ", node.scalar->result(), ": ", describe(e)));
       }
     } else {
-      call(node, i, values);
+      call(node, i, values, device);
     }
     for (const int v : node.release) values[v] = c10::IValue();
   }
 }
 
-void Program::call(const Node& node, size_t index, std::vector<c10::IValue>& values) const {
+void Program::call(const Node& node, size_t index, std::vector<c10::IValue>& values,
+                   c10::Device device) const {
   try {
-    auto stack = node.call->stack_over(values);
+    auto stack = node.call->stack_over(values, device);
     node.call->op().callBoxed(stack);
     auto results = returned_values(stack);
     if (results.size() != node.results.size()) {
@@ -383,10 +420,25 @@ void Program::call(const Node& node, size_t index, std::vector<c10::IValue>& val
   }
 }
 
-std::vector<c10::IValue> Program::table(const std::vector<at::Tensor>& inputs) const {
-  std::vector<c10::IValue> values = constants_;
+std::vector<c10::IValue> Program::table(const std::vector<at::Tensor>& inputs,
+                                        c10::Device device) const {
+  std::vector<c10::IValue> values = device.is_cpu() ? constants_ : constants_on(device);
   for (int i = 0; i < n_inputs_; ++i) values[i] = inputs[i];
   return values;
+}
+
+std::vector<c10::IValue> Program::constants_on(c10::Device device) const {
+  std::lock_guard<std::mutex> lock(device_constants_mutex_);
+  auto found = device_constants_.find(device);
+  if (found != device_constants_.end()) return found->second;
+  std::vector<c10::IValue> values = constants_;
+  for (auto& value : values) {
+    // A wrapped number stays a CPU scalar, as torch's own are on every device.
+    if (value.isTensor() && !value.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+      value = value.toTensor().to(device);
+    }
+  }
+  return device_constants_.emplace(device, std::move(values)).first->second;
 }
 
 void Program::write_back(const std::vector<at::Tensor>& inputs,
@@ -429,7 +481,7 @@ std::vector<std::vector<int64_t>> Program::infer_shapes(
   }
   std::vector<c10::IValue> values(constants_.size());
   for (int i = 0; i < n_inputs_; ++i) values[i] = c10::IValue(input_shapes[i]);
-  evaluate(values, 0, prologue_, check);
+  evaluate(values, 0, prologue_, c10::Device(c10::kMeta), check);  // sizes only: no node runs
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& shape : output_shapes_) {
     std::vector<int64_t> sizes;
@@ -460,15 +512,15 @@ int64_t Program::forward(const std::vector<at::Tensor>& inputs,
                                          " outputs, got ", inputs.size(), " and ", outputs.size()));
   }
   const at::Tensor& handle = outputs.back();
-  if (rng_) {  // for a VJP that recomputes (one that finds no kept graph)
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    copy_into_output(outputs[n_out], generator.get_state(), n_out);
-  }
+  const c10::Device device = handle.device();         // the launch's: MindSpore's buffers are on it
+  if (rng_) record_rng_state(outputs[n_out], n_out);  // for a VJP that recomputes
+  // The VJP finds a parked graph by the handle it reads on the host: on a device that read
+  // would wait for the stream, so a device's forward parks nothing and its VJP recomputes.
+  if (keep == Keep::kPark && !device.is_cpu()) keep = Keep::kNothing;
   if (keep == Keep::kNothing) {
     c10::InferenceMode guard;
-    std::vector<c10::IValue> values = table(inputs);
-    evaluate(values, 0, nodes_.size());
+    std::vector<c10::IValue> values = table(inputs, device);
+    evaluate(values, 0, nodes_.size(), device);
     for (size_t k = 0; k < n_out; ++k) copy_into_output(outputs[k], output(values, k), k);
     write_back(inputs, values);
     handle.fill_(0);
@@ -477,13 +529,13 @@ int64_t Program::forward(const std::vector<at::Tensor>& inputs,
   // Under autograd, as torch eager runs a module whose backward will follow: its graph is the
   // VJP's, which then runs no second forward.
   c10::AutoGradMode grad_mode(true);
-  Recomputed r = leaves(inputs);
+  Recomputed r = leaves(inputs, device);
   // The kept graph may have saved a buffer the write-back then overwrites (x * scale, then
   // scale.mul_(2)): its nodes read a copy, so the backward sees the values the forward read.
   for (const auto& write_back : write_backs_) {
     r.values[write_back.first] = r.values[write_back.first].toTensor().clone();
   }
-  evaluate(r.values, 0, nodes_.size());
+  evaluate(r.values, 0, nodes_.size(), device);
   auto graph = std::make_unique<SavedGraph>();
   for (size_t k = 0; k < n_out; ++k) graph->outputs.push_back(output(r.values, k));
   {
@@ -522,10 +574,15 @@ void Program::vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::T
   std::unique_ptr<SavedGraph> graph;
   if (slot != nullptr && *slot) {
     graph = std::move(*slot);
-  } else if (const int64_t handle = inputs.back().item<int64_t>(); handle > 0) {
-    graph = take(handle);
-  } else if (handle < 0) {  // its forward kernel kept nothing, but will from now on (saved.h)
-    mark_backward(-handle);
+  } else if (inputs.back().is_cpu()) {
+    // MindSpore's CPU buffers are host memory (device/cpu.cpp checks each): the handle is read
+    // in place, with nothing to wait for. A device's forward parked nothing (forward).
+    const int64_t handle = *inputs.back().const_data_ptr<int64_t>();
+    if (handle > 0) {
+      graph = take(handle);
+    } else if (handle < 0) {  // its forward kernel kept nothing, but will from now on (saved.h)
+      mark_backward(-handle);
+    }
   }
   c10::AutoGradMode grad_mode(true);
   if (graph) {
@@ -569,8 +626,9 @@ void Program::backward_into(const std::vector<at::Tensor>& ys,
   }
 }
 
-Program::Recomputed Program::leaves(const std::vector<at::Tensor>& inputs) const {
-  Recomputed r{table(inputs), {}, {}};
+Program::Recomputed Program::leaves(const std::vector<at::Tensor>& inputs,
+                                    c10::Device device) const {
+  Recomputed r{table(inputs, device), {}, {}};
   for (int i = 0; i < n_inputs_; ++i) {
     at::Tensor leaf = inputs[i].detach();
     if (differentiate_[i] &&
@@ -587,11 +645,13 @@ Program::Recomputed Program::leaves(const std::vector<at::Tensor>& inputs) const
 Program::Recomputed Program::recompute(const std::vector<at::Tensor>& inputs,
                                        const std::vector<at::Tensor>& outputs) const {
   for (const auto& out : outputs) out.zero_();
-  Recomputed r = leaves(inputs);
+  // The launch's device: the handle's (the backward's inputs hold it after the RNG state).
+  const c10::Device device = inputs[n_inputs_ + outputs_.size() + rng_].device();
+  Recomputed r = leaves(inputs, device);
   if (r.wrt.empty()) return r;
   std::optional<RngReplay> replay;
   if (rng_) replay.emplace(inputs[n_inputs_ + outputs_.size()]);
-  evaluate(r.values, 0, nodes_.size());
+  evaluate(r.values, 0, nodes_.size(), device);
   return r;
 }
 

@@ -44,12 +44,19 @@
 // kept graph refuses, and a record kernel keeps its graph from its first launch.
 // The VJP takes the autograd graph its forward kept (program/saved.h), found by the handle or
 // handed over in a slot, and runs one backward pass. Without one it recomputes the forward
-// under autograd: with rng = 1 the forward records torch's CPU generator state before it runs,
-// and the recompute replays it, so dropout's backward sees the forward's mask.
+// under autograd: with rng = 1 the forward records the generator state of the launch's device
+// before it runs, and the recompute replays it, so dropout's backward sees the forward's mask.
+// A program carries no device of its own: its Device arguments are L tokens (op/spec.h) and its
+// tensor constants go to the launch's device (the device of MindSpore's buffers), copied there
+// once per device. The launch reads no tensor value back to the host, on a device or on the CPU
+// (launch/kernel.h, host_read_count), except the recompute of a random program on a device,
+// which reads the RNG state its forward recorded.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "op/spec.h"
@@ -120,7 +127,7 @@ class Program {
     std::vector<size_t> wrt_index;
   };
   // The table with the inputs in place, the differentiable ones as leaves that require grad.
-  Recomputed leaves(const std::vector<at::Tensor>& inputs) const;
+  Recomputed leaves(const std::vector<at::Tensor>& inputs, c10::Device device) const;
   // Zeroes the backward's `outputs` (what nothing depends on stays zero), then runs the forward
   // again under autograd (grad mode on, the RNG state replayed); runs nothing when no input is
   // differentiable (wrt empty).
@@ -131,14 +138,17 @@ class Program {
   void backward_into(const std::vector<at::Tensor>& ys, const std::vector<at::Tensor>& inputs,
                      const std::vector<at::Tensor>& leaves, const std::vector<size_t>& leaf_index,
                      const std::vector<at::Tensor>& outputs) const;
-  // Runs nodes [first, last) on `values` (inputs and constants set), leaving their results in it;
-  // without `check`, the checks are skipped.
-  void evaluate(std::vector<c10::IValue>& values, size_t first, size_t last,
+  // Runs nodes [first, last) on `values` (inputs and constants set), leaving their results in it,
+  // on the launch's `device`; without `check`, the checks are skipped.
+  void evaluate(std::vector<c10::IValue>& values, size_t first, size_t last, c10::Device device,
                 bool check = true) const;
   // Runs the op of node `index`, its results into `values`; errors name the node.
-  void call(const Node& node, size_t index, std::vector<c10::IValue>& values) const;
-  // The table with the inputs and constants in place.
-  std::vector<c10::IValue> table(const std::vector<at::Tensor>& inputs) const;
+  void call(const Node& node, size_t index, std::vector<c10::IValue>& values,
+            c10::Device device) const;
+  // The table with the inputs and constants (on the launch's `device`) in place.
+  std::vector<c10::IValue> table(const std::vector<at::Tensor>& inputs, c10::Device device) const;
+  // The constants with the tensor constants on `device`, copied there at its first launch.
+  std::vector<c10::IValue> constants_on(c10::Device device) const;
   // The c lines: each value copied into its buffer input.
   void write_back(const std::vector<at::Tensor>& inputs,
                   const std::vector<c10::IValue>& values) const;
@@ -153,7 +163,9 @@ class Program {
   enum class Kind { kCall, kVjp, kVjp2 } kind_ = Kind::kCall;
   bool rng_ = false;
   int n_inputs_ = 0;
-  std::vector<c10::IValue> constants_;  // n_values long; set where a constant lives
+  std::vector<c10::IValue> constants_;  // n_values long; set where a constant lives (CPU)
+  mutable std::mutex device_constants_mutex_;
+  mutable std::unordered_map<c10::Device, std::vector<c10::IValue>> device_constants_;
   std::vector<Node> nodes_;
   size_t prologue_ = 0;  // nodes_[0, prologue_) depend on the inputs' sizes alone
   std::vector<int> outputs_;

@@ -72,6 +72,15 @@ def launch_count() -> int:
     return int(lib.ms_aten_launch_count())
 
 
+def host_read_count() -> int:
+    """How many times ms_aten's launches read tensor values back to the host (an item(), a
+    nonzero, a recorded RNG state read on a device): on a GPU each waits for the stream.
+    Counting starts at the first call (csrc/launch/kernel.h, host_read_count)."""
+    lib = load()
+    lib.ms_aten_host_read_count.restype = ctypes.c_int64
+    return int(lib.ms_aten_host_read_count())
+
+
 @cache
 def has_autograd(name: str, overload: str) -> bool:
     """Whether torch differentiates the dispatcher op `name` (overload "" for the unnamed one)

@@ -24,7 +24,9 @@ from ..base import CaptureError, Compiled, Shape, Signature
 from ..capture.rewrite import REPLACED
 from . import inplace, symbolic
 
-# Torch's CPU generator state, which the forward of a random program hands to its VJP.
+# The generator state of the launch's device, which the forward of a random program hands to its
+# VJP: a buffer of the CPU state's size, the largest (a CUDA state, its seed and offset, fills
+# its first 16 bytes; csrc/program/program.cpp, record_rng_state).
 RNG_STATE_BYTES = torch.get_rng_state().numel()
 # The handle of the autograd graph a forward keeps for its VJP (csrc/program/saved.h).
 HANDLE_SHAPE: tuple[int, ...] = (1,)
@@ -304,6 +306,8 @@ class _Builder:
                 tokens.append(self.tensor_token(node, arg, value))
             elif _holds_node(value):
                 tokens.append(self.scalar_token(node, arg, value))
+            elif value is not None and _is_device(arg):
+                tokens.append(LAUNCH_DEVICE)
             else:
                 try:
                     tokens.append(consts.encode(arg, consts.check_constant(arg, value)))
@@ -351,6 +355,19 @@ class _Builder:
 # a (B, S, H, D) layout; the transpose and view after it then fail.
 _STRIDE_FREE = {torch.ops.aten.view.default: torch.ops.aten.reshape.default,
                 torch.ops.aten._unsafe_view.default: torch.ops.aten.reshape.default}
+
+# A program carries no device of its own: every device torch.export wrote into the graph (the
+# capture's, cpu: arange, full, _to_copy, _assert_tensor_metadata, new_zeros, ...) becomes the
+# launch's device, that of the buffers MindSpore hands the launch (csrc/op/spec.h, L).
+LAUNCH_DEVICE = "L"
+
+
+def _is_device(arg: torch.Argument) -> bool:
+    kind = arg.real_type
+    if isinstance(kind, torch.OptionalType):
+        kind = kind.getElementType()
+    return isinstance(kind, torch.DeviceObjType)
+
 
 # A stand-in schema argument for encoding Python numbers (torch's Scalar).
 _NUMBER_ARG = next(a for a in torch.ops.aten.add.Scalar._schema.arguments if a.name == "other")

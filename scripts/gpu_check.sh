@@ -4,21 +4,24 @@
 # launcher.cpp, which calls the library's entry points as MindSpore's GPU AOT kernel does), then
 # runs the launcher's cases (tests/aot_launcher/cases.py) on CUDA buffers on a non-default stream,
 # each checked against torch on the GPU, and again under compute-sanitizer's memcheck and
-# synccheck. One line per check (PASS or FAIL); exit status 1 when one fails.
+# synccheck; and the benchmark, GPT-2's forward and backward through the launcher against torch eager
+# (tests/aot_launcher/bench.py), when the cases hold one. One line per check (PASS or FAIL); exit
+# status 1 when one fails.
 #
 # Needs an NVIDIA GPU, a CUDA build of torch for $PYTHON (default python3), a C++ compiler and the
 # CUDA toolkit ($CUDA_HOME, default /usr/local/cuda). No MindSpore and no network: the cases (the
-# op specs, GPT-2 tiny's program, torch's reference outputs) are made beforehand where ms_aten runs,
-#     cd tests && ../.venv/bin/python -m aot_launcher.make_cases ../build/aot_cases
-# and carried along (about 0.5 MB).
+# op specs, GPT-2 tiny's program, torch's reference outputs, GPT-2 small's program for the
+# benchmark) are made beforehand where ms_aten runs, by
+#     bash scripts/gpu_prepare.sh
+# and carried along (build/aot_cases, about 1 MB).
 #
 # Usage: bash scripts/gpu_check.sh [CASES]            CASES defaults to build/aot_cases
 #        bash scripts/gpu_check.sh --cpu LIBRARY [CASES]
 # --cpu runs the same steps on the CPU with a built libms_aten.so: no GPU, no CUDA build, no
 # sanitizer (tests/test_aot_launcher.py runs it). $WORK (default: a new temporary folder) keeps the
 # builds and the launcher's files.
-# Each step has a time limit (build 180 s, checks 90 s, each sanitizer 100 s): the whole run stays
-# under 8 minutes.
+# Each step has a time limit (build 180 s, checks 90 s, benchmark 90 s, each sanitizer 100 s), cut
+# to what is left of 7 minutes for the whole run: a rerun fits the same 15-minute device budget.
 set -uo pipefail
 PYTHON=${PYTHON:-python3}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -39,6 +42,11 @@ START=$(date +%s)
 : > "$LOG"
 
 say() { echo "$1" | tee -a "$LOG"; }
+# A step's time limit: its own, or what is left of the run's 420 s if less (at least 1 s).
+limit() {
+  local left=$(( 420 - ($(date +%s) - START) ))
+  [ "$left" -lt "$1" ] && echo $(( left > 1 ? left : 1 )) || echo "$1"
+}
 # A failure before the checks can run: its line, then the summary.
 stop() { say "FAIL $1"; summary; }
 summary() {
@@ -50,7 +58,7 @@ summary() {
   exit $?
 }
 
-[ -f "$CASES/specs.json" ] || stop "cases: no $CASES/specs.json; make them where ms_aten runs: cd tests && ../.venv/bin/python -m aot_launcher.make_cases ../build/aot_cases"
+[ -f "$CASES/specs.json" ] || stop "cases: no $CASES/specs.json; make them where ms_aten runs: bash scripts/gpu_prepare.sh"
 if [ "$DEVICE" = cuda ]; then
   nvidia-smi -L > "$WORK/gpus.txt" 2>&1 || stop "gpu: nvidia-smi -L failed: $(cat "$WORK/gpus.txt")"
   info=$("$PYTHON" -c "import torch; assert torch.cuda.is_available(), 'torch ' + torch.__version__ + ' sees no GPU'; print(f'torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name(0)}')" 2>&1) \
@@ -58,7 +66,7 @@ if [ "$DEVICE" = cuda ]; then
   echo "[gpu_check] $info; $(head -1 "$WORK/gpus.txt")"
   [ -f "$CUDA_HOME/include/cuda_runtime_api.h" ] || stop "cuda: no toolkit headers under $CUDA_HOME"
   built=$(date +%s)
-  timeout 180 "$PYTHON" scripts/build_bridge.py "$WORK/bridge" --cuda > "$WORK/build.log" 2>&1 \
+  timeout "$(limit 180)" "$PYTHON" scripts/build_bridge.py "$WORK/bridge" --cuda > "$WORK/build.log" 2>&1 \
     || stop "build: libms_aten.so with WITH_CUDA: $(tail -20 "$WORK/build.log")"
   LIBRARY="$WORK/bridge/libms_aten.so"
   say "PASS build: $LIBRARY with WITH_CUDA in $(( $(date +%s) - built )) s, no MindSpore"
@@ -73,12 +81,20 @@ fi
 
 rm -rf "$WORK/cases" && cp -r "$CASES" "$WORK/cases"
 failed_before=$(grep -c '^FAIL' "$LOG")
-(cd tests && timeout 90 "$PYTHON" -m aot_launcher.check --device "$DEVICE" \
+(cd tests && timeout "$(limit 90)" "$PYTHON" -m aot_launcher.check --device "$DEVICE" \
   --launcher "$WORK/launcher" --library "$LIBRARY" "$WORK/cases") 2>&1 | tee -a "$LOG"
 status=${PIPESTATUS[0]}
 # check.py exits 1 after printing its FAIL lines; any other failure printed none.
 if [ "$status" -ne 0 ] && [ "$(grep -c '^FAIL' "$LOG")" -eq "$failed_before" ]; then
   say "FAIL check: aot_launcher.check ended with exit status $status (its output is above)"
+fi
+
+failed_before=$(grep -c '^FAIL' "$LOG")
+(cd tests && timeout "$(limit 90)" "$PYTHON" -m aot_launcher.bench --device "$DEVICE" \
+  --launcher "$WORK/launcher" --library "$LIBRARY" "$WORK/cases") 2>&1 | tee -a "$LOG"
+status=${PIPESTATUS[0]}
+if [ "$status" -ne 0 ] && [ "$(grep -c '^FAIL' "$LOG")" -eq "$failed_before" ]; then
+  say "FAIL benchmark: aot_launcher.bench ended with exit status $status (its output is above)"
 fi
 
 if [ "$DEVICE" = cuda ]; then
@@ -91,7 +107,7 @@ if [ "$DEVICE" = cuda ]; then
     fi
     # The plan check.py wrote, without the gates (a host function holding the stream); torch's
     # caching allocator off, so that memcheck sees every allocation's bounds.
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 100 "$SANITIZER" --tool "$tool" \
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$(limit 100)" "$SANITIZER" --tool "$tool" \
       "$WORK/launcher" --device cuda --no-gate "$LIBRARY" "$WORK/cases/plan.txt" \
       > "$WORK/$tool.log" 2>&1
     status=$?

@@ -17,7 +17,7 @@ import device_units
 import mindspore as ms
 import pytest
 import torch
-from aot_launcher import cases, make_cases
+from aot_launcher import bench, cases, gpt2_eager, make_cases
 from aot_launcher.check import LAUNCHER_OUTPUT
 from mindspore import nn
 
@@ -38,10 +38,17 @@ pytestmark = pytest.mark.skipif(shutil.which(COMPILER) is None, reason="no C++ c
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> tuple[Path, TorchModule]:
-    """make_cases.py's files (the op specs, GPT-2 tiny's program and torch's references) and
-    GPT-2's Cell."""
-    path = tmp_path_factory.mktemp("aot_cases")
-    return path, make_cases.write(path)
+    """scripts/gpu_prepare.sh's files (the op specs, GPT-2 tiny's program and torch's
+    references, and a benchmark program of GPT-2 tiny's size) and GPT-2's Cell, captured again
+    here."""
+    path = tmp_path_factory.mktemp("aot_cases") / "cases"
+    result = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_prepare.sh"), str(path)],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "BENCHMARK": "tiny"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"bash scripts/gpu_check.sh {path}" in result.stdout
+    model, tokens = make_cases.gpt2()
+    return path, ms_aten.module(model, kwargs={"input_ids": tokens})
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +64,7 @@ def checked(made, tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     return result, work / "cases"
 
 
-def test_every_case_matches_torch_and_every_error_is_reported(checked):
+def test_every_case_matches_torch_and_every_error_is_reported(made, checked):
     result, _ = checked
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -65,10 +72,14 @@ def test_every_case_matches_torch_and_every_error_is_reported(checked):
     assert not failed, "\n".join(failed)
     # register, every op case the CPU runs, the program's forward and backward
     names = ["register aot_launcher", *(c.name for c in cases.OP_CASES if not c.cuda_only),
-             "gpt2_forward", "gpt2_backward"]
+             "gpt2_forward", "gpt2_backward",
+             f"benchmark {bench.manifest(made[0])['model']}"]
     assert [line.split(":")[0] for line in lines[:-1]] == [f"PASS {n}" for n in names]
     assert lines[-1].startswith(f"[gpu_check] {len(names)} passed, 0 failed")
     assert "PASS gpt2_backward: matches torch" in result.stdout
+    benchmark = next(line for line in lines if line.startswith("PASS benchmark"))
+    assert re.search(r"forward\+backward [\d.]+ ms through the launcher .* torch eager [\d.]+ ms",
+                     benchmark), benchmark
     bad_spec = next(line for line in lines if line.startswith("PASS bad_spec"))
     assert "rc=-1" in bad_spec and "operator aten::not_an_op is not registered" in bad_spec
 
@@ -197,13 +208,41 @@ def test_the_launchers_cuda_part_compiles():
     assert result.returncode == 0, result.stderr
 
 
+def test_the_benchmark_s_torch_gpt2_is_transformers_gpt2():
+    """bench.py's torch eager side (gpt2_eager.py, for a GPU machine without transformers) gives
+    transformers' logits and gradients for the same weights."""
+    model, tokens = make_cases.gpt2()
+    weights = {n: p.detach().clone().requires_grad_() for n, p in model.named_parameters()}
+    ours = gpt2_eager.forward(weights, tokens, model.config.n_layer, model.config.n_head)
+    theirs = model(input_ids=tokens).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+    cotangent = torch.randn(theirs.shape)
+    ours.backward(cotangent)
+    theirs.backward(cotangent)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(weights[name].grad, p.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_the_benchmark_fails_a_wrong_result(made, checked, tmp_path):
+    """bench.py against a library whose program is spoiled: a FAIL line, not a time."""
+    launcher = checked[1].parent / "launcher"
+    folder = tmp_path / "cases"
+    shutil.copytree(made[0] / bench.FOLDER, folder / bench.FOLDER)
+    spec = folder / bench.FOLDER / "call.spec"
+    # GELU's tanh a sigmoid: the logits differ
+    spec.write_text(spec.read_text().replace("call aten::tanh .", "call aten::sigmoid ."))
+    outcomes = bench.run(launcher, library.LIBRARY, folder, torch.device("cpu"), repeats=1)
+    assert [o.passed for o in outcomes] == [False]
+    assert "Tensor-likes are not close" in outcomes[0].detail
+
+
 def test_gpu_check_without_cases_says_how_to_make_them(tmp_path):
     result = subprocess.run(
         ["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--cpu", str(library.LIBRARY),
          str(tmp_path / "missing")], capture_output=True, text=True,
         env={**os.environ, "PYTHON": sys.executable, "WORK": str(tmp_path)})
     assert result.returncode == 1
-    assert "aot_launcher.make_cases" in result.stdout
+    assert "bash scripts/gpu_prepare.sh" in result.stdout
     assert "0 passed, 1 failed" in result.stdout
 
 

@@ -46,6 +46,10 @@
 //                                    file; `host`: left in host memory on the CUDA kernel
 //   out <dtype> <shape> <file>       an output, its bytes written to the file after each launch
 //   launch [gated]                   Init on the first launch, then one launch
+//   time <n>                         after a launch: n more launches back to back on the
+//                                    buffers as they are (no upload, no download), then the
+//                                    stream synchronized; prints
+//                                    time <label> n=<n> ms=<wall time per launch> [error=<text>]
 // Each launch prints one line:
 //   launch <label> rc=<n> ms=<host time> [queued=<0|1>] [error=<text>]
 // rc: the entry point's return value, -1 when it threw (MindSpore reports both as a failure).
@@ -386,6 +390,30 @@ class Kernel {
                 error.empty() ? "" : " error=", one_line(error).c_str());
   }
 
+  // The benchmark: n launches, then the stream synchronized, so that the time is the device's
+  // work as well as the host's.
+  void time(int n) {
+    if (!initialized_) fail("kernel " + label_ + ": 'time' before its first launch");
+    std::vector<void*> params;
+    for (const Buffer& b : inputs_) params.push_back(b.data);
+    for (const Buffer& b : outputs_) params.push_back(b.data);
+    std::string error;
+    int rc = 0;
+    double ms = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < n && rc == 0; ++i) timed_launch(params, &rc, &error, &ms);
+#ifdef WITH_CUDA
+    if (device_.cuda()) {
+      Device::check(cudaStreamSynchronize(static_cast<cudaStream_t>(device_.stream())),
+                    "the stream after the timed launches");
+    }
+#endif
+    const double total =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::printf("time %s n=%d ms=%.3f%s%s\n", label_.c_str(), n, total / n,
+                error.empty() ? "" : " error=", one_line(error).c_str());
+  }
+
  private:
   // Steps 2 and 4: the buffers' descriptions, then <func>Init once.
   int init(std::string* error) {
@@ -562,6 +590,10 @@ int run(int argc, char** argv) {
       std::string mode;
       words >> mode;
       kernel->launch(gates && mode == "gated");
+    } else if (verb == "time") {
+      int n = 0;
+      if (!(words >> n) || n < 1) fail("'time' takes a number of launches");
+      kernel->time(n);
     } else {
       fail("unknown directive '" + verb + "'");
     }

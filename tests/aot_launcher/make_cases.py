@@ -4,11 +4,14 @@ its weights, input, output cotangent and torch's outputs and gradients (about 0.
 where ms_aten (and so MindSpore) runs; scripts/gpu_check.sh takes the folder to a GPU machine:
 
     cd tests && ../.venv/bin/python -m aot_launcher.make_cases ../build/aot_cases
+
+With --benchmark small (scripts/gpu_prepare.sh) it also writes GPT-2 small's program for the
+benchmark (bench.py), without its weights.
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -22,6 +25,7 @@ from ms_aten.programs.lowering.program import RNG_STATE_BYTES
 from ms_aten.programs.module import TorchModule
 from ms_aten.programs.runtime.family import family_spec
 
+from .bench import FOLDER as BENCH_FOLDER
 from .cases import MS_DTYPES, OP_CASES, PROGRAM, SPECS, save
 
 FAMILY = "aot_launcher"  # the program family's id in the launcher's process
@@ -104,14 +108,61 @@ def write_program(folder: Path) -> TorchModule:
     return cell
 
 
-def write(folder: Path) -> TorchModule:
-    """Every file the launcher's plan needs; returns GPT-2's Cell."""
+# The benchmark's GPT-2 sizes: small is GPT-2 small (124M parameters, transformers' default
+# config); tiny, the cases' model, lets the CPU test run the benchmark's steps in seconds.
+BENCHMARKS = {
+    "small": ({}, (2, 128)),
+    "tiny": ({"vocab_size": 100, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 2},
+             (2, 8)),
+}
+
+
+def write_benchmark(folder: Path, size: str) -> None:
+    """The benchmark's program (bench.py): its specs and a manifest naming its weights, which
+    the GPU machine makes from a seed (GPT-2 small's take 500 MB)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    overrides, tokens_shape = BENCHMARKS[size]
+    config = transformers.GPT2Config(**overrides, use_cache=False)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    tokens = torch.zeros(tokens_shape, dtype=torch.int64)
+    program = ms_aten.module(model, kwargs={"input_ids": tokens}).program
+    assert program.n_outputs == 1, "one output: the logits"
+    named = [*model.named_parameters(), *model.named_buffers()]
+    states = [("uint8", [RNG_STATE_BYTES])] * program.random + [("int64", [1])]
+    logits = [MS_DTYPES[program.output_dtypes[0]], list(program.output_shapes[0])]
+    manifest = {
+        "family": "aot_bench",
+        "model": f"GPT2LMHeadModel {config.n_layer}x{config.n_embd}, "
+                 f"{sum(t.numel() for _, t in named):,} parameters, tokens "
+                 f"{tuple(tokens_shape)}",
+        "config": {"n_layer": config.n_layer, "n_head": config.n_head,
+                   "vocab_size": config.vocab_size},
+        "tokens": list(tokens_shape),
+        "weights": [(n, MS_DTYPES[t.dtype], list(t.shape)) for n, t in named],
+        "outputs": [logits, *states],
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    (folder / "key.txt").write_text(program.signature.describe())
+    (folder / "call.spec").write_text(program.spec)
+    (folder / "vjp.spec").write_text(program.vjp_spec)
+    (folder / "forward.attr").write_text(family_spec("call", program, "aot_bench"))
+    (folder / "backward.attr").write_text(family_spec("vjp", program, "aot_bench"))
+
+
+def write(folder: Path, benchmark: str | None = None) -> TorchModule:
+    """Every file the launcher's plan needs, and the benchmark's at `benchmark`'s size (bench.py)
+    if given; returns GPT-2's Cell."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SPECS).write_text(json.dumps(op_specs(), indent=1))
+    if benchmark is not None:
+        write_benchmark(folder / BENCH_FOLDER, benchmark)
     return write_program(folder / PROGRAM)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit(f"usage: {sys.argv[0]} FOLDER")
-    write(Path(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--benchmark", choices=sorted(BENCHMARKS),
+                        help="also the benchmark's GPT-2 program, of this size (bench.py)")
+    args = parser.parse_args()
+    write(args.folder, args.benchmark)

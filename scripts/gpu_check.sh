@@ -20,8 +20,9 @@
 # --cpu runs the same steps on the CPU with a built libms_aten.so: no GPU, no CUDA build, no
 # sanitizer (tests/test_aot_launcher.py runs it). $WORK (default: a new temporary folder) keeps the
 # builds and the launcher's files.
-# Each step has a time limit (build 180 s, checks 90 s, benchmark 90 s, each sanitizer 100 s), cut
-# to what is left of 7 minutes for the whole run: a rerun fits the same 15-minute device budget.
+# Each step has a time limit (build 180 s, checks 90 s, each sanitizer 100 s, the benchmark, last,
+# 120 s), cut to what is left of 7 minutes for the whole run: a rerun fits the same 15-minute
+# device budget.
 set -uo pipefail
 PYTHON=${PYTHON:-python3}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -89,13 +90,6 @@ if [ "$status" -ne 0 ] && [ "$(grep -c '^FAIL' "$LOG")" -eq "$failed_before" ]; 
   say "FAIL check: aot_launcher.check ended with exit status $status (its output is above)"
 fi
 
-failed_before=$(grep -c '^FAIL' "$LOG")
-(cd tests && timeout "$(limit 90)" "$PYTHON" -m aot_launcher.bench --device "$DEVICE" \
-  --launcher "$WORK/launcher" --library "$LIBRARY" "$WORK/cases") 2>&1 | tee -a "$LOG"
-status=${PIPESTATUS[0]}
-if [ "$status" -ne 0 ] && [ "$(grep -c '^FAIL' "$LOG")" -eq "$failed_before" ]; then
-  say "FAIL benchmark: aot_launcher.bench ended with exit status $status (its output is above)"
-fi
 
 if [ "$DEVICE" = cuda ]; then
   SANITIZER=$(command -v compute-sanitizer || ls "$CUDA_HOME"/bin/compute-sanitizer \
@@ -119,5 +113,14 @@ if [ "$DEVICE" = cuda ]; then
       say "FAIL compute-sanitizer $tool: exit status $status, ${errors:-no summary} ($WORK/$tool.log: $(grep -m3 -E '^=+ (Invalid|Error|Program hit|Barrier|Race)' "$WORK/$tool.log" | tr '\n' ' '))"
     fi
   done
+fi
+
+# Last, the benchmark: the checks above come first within the run's time.
+failed_before=$(grep -c '^FAIL' "$LOG")
+(cd tests && timeout "$(limit 120)" "$PYTHON" -m aot_launcher.bench --device "$DEVICE" \
+  --launcher "$WORK/launcher" --library "$LIBRARY" "$WORK/cases") 2>&1 | tee -a "$LOG"
+status=${PIPESTATUS[0]}
+if [ "$status" -ne 0 ] && [ "$(grep -c '^FAIL' "$LOG")" -eq "$failed_before" ]; then
+  say "FAIL benchmark: aot_launcher.bench ended with exit status $status (its output is above)"
 fi
 summary

@@ -121,13 +121,19 @@ def run(launcher: Path, library: Path, cases: Path, device: torch.device,
         data = bytearray((folder / file).read_bytes())
         return torch.frombuffer(data, dtype=TORCH_DTYPES[dtype]).reshape(shape).to(device)
 
-    # Both ran on this device, in other kernels' orders: float32 sums differ in their last bits.
-    tolerance = {"atol": 1e-4, "rtol": 1e-3} if device.type == "cpu" else {"atol": 1e-3,
-                                                                           "rtol": 1e-2}
+    # Both ran on this device, summing in other orders (a program's decomposed ops, torch's
+    # fused ones): float32 results differ in their last bits, relative to each tensor's scale
+    # (GPT-2 small's embedding gradient on the CPU: 9e-4 where its largest entries are tens).
+    scale = 1e-4 if device.type == "cpu" else 1e-3
+
+    def check(got: torch.Tensor, want: torch.Tensor) -> None:
+        atol = scale * float(want.abs().max()) if want.numel() and want.is_floating_point() else 0
+        torch.testing.assert_close(got, want, atol=atol, rtol=10 * scale)
+
     try:
-        torch.testing.assert_close(read(outputs[0][2], *outputs[0][:2]), logits, **tolerance)
+        check(read(outputs[0][2], *outputs[0][:2]), logits)
         for (d, s, f), want in zip(gradients, [*grads, torch.zeros_like(ids)], strict=True):
-            torch.testing.assert_close(read(f, d, s), want, **tolerance)
+            check(read(f, d, s), want)
     except AssertionError as error:
         return [Outcome(name, False, " ".join(str(error).split())[:400])]
     ours = timed["forward"] + timed["backward"]
@@ -144,8 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--launcher", type=Path, required=True, help="the built launcher.cpp")
     parser.add_argument("--library", type=Path, required=True, help="libms_aten.so")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="timed runs of each side")
     args = parser.parse_args(argv)
-    outcomes = run(args.launcher, args.library, args.folder, torch.device(args.device))
+    outcomes = run(args.launcher, args.library, args.folder, torch.device(args.device),
+                   args.repeats)
     for outcome in outcomes:
         print(outcome.line())
     return 0 if all(o.passed for o in outcomes) else 1

@@ -256,7 +256,7 @@ class _Builder:
                 and not self.writes_buffers(node):
             raise self.fail(node, "the op writes its inputs, which torch.export's "
                                   "functionalization should have removed")
-        if torch.Tag.nondeterministic_seeded in target.tags:
+        if torch.Tag.nondeterministic_seeded in target.tags and _draws(node, target):
             self.random = True
         line = self.node_line(node, _STRIDE_FREE.get(target, target), node.args, node.kwargs)
         write = self.writes.get(node)
@@ -345,6 +345,25 @@ class _Builder:
             self.ids[user] = self.new_value()
             result_ids.append(str(self.ids[user]))
         return ",".join(result_ids) or "-"
+
+
+def _draws(node: torch.fx.Node, target: torch._ops.OpOverload) -> bool:
+    """Whether a random node's draws can show in what it returns: not when its drop probability
+    is the constant 0 (scaled_dot_product_attention's dropout_p in eval mode) or it runs with
+    train=False. A program of such nodes carries no RNG state and its backward replays none (on
+    a GPU a replay reads the state back to the host, a wait for the stream)."""
+    for position, arg in enumerate(target._schema.arguments):
+        if arg.name not in ("p", "dropout_p", "train"):
+            continue
+        if not arg.kwarg_only and position < len(node.args):
+            value = node.args[position]
+        else:
+            value = node.kwargs.get(arg.name, arg.default_value)
+        if arg.name == "train" and value is False:
+            return False
+        if arg.name != "train" and type(value) in (int, float) and value == 0:
+            return False
+    return True
 
 
 # Views that hold only for the strides their input had at capture time run as reshape, which is

@@ -11,33 +11,75 @@ Tracing (run_decompositions) sees the node as opaque, its shapes from the Functi
 on fake tensors; compile='s joint trace applies the Function (`inline`), so AOTAutograd traces
 its forward and its backward into the compiled code.
 
+Every way of reaching a Function ends in the one function object `Function.apply` binds (an
+alias bound at import, functools.partial, a method holding it): its code is what the capture
+swaps, in the capturing thread only. A Function's forward that draws random numbers makes its
+node `function.random` (nondeterministic_seeded), so the program replays its draws in a backward
+that recomputes; one applied under autocast runs under it again.
+
 What a node cannot keep is refused by name at capture: a Function that writes an input in
 place, returns something other than tensors, or reads a tensor that is not among its
 arguments (a module's weight it closes over would be torch's, not the Cell's Parameter).
-torch's own Functions (the `torch.` namespace: checkpointing, ...) are left to torch.export.
+torch's own Functions (the `torch.` namespace) are left to torch.export, but checkpointing's,
+whose function runs as part of the forward.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
+import types
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils.checkpoint import CheckpointFunction
 
 from ..base import CaptureError
 
 NAMESPACE = "ms_aten_autograd"
 _LIBRARY = torch.library.Library(NAMESPACE, "DEF")
 _LIBRARY.define("function(int key, Tensor[] tensors) -> Tensor[]")
-_ORIGINAL_APPLY = torch.autograd.Function.apply.__func__  # type: ignore[attr-defined]
+# A Function whose forward draws random numbers: the tag makes its program record torch's
+# generator state, which a recomputing backward replays (the backward sees the forward's draws).
+_LIBRARY.define("function.random(int key, Tensor[] tensors) -> Tensor[]",
+                tags=(torch.Tag.nondeterministic_seeded,))
+
+# The function object torch.autograd.Function.apply binds: every way of reaching a Function
+# (`Cls.apply`, `f = Cls.apply` bound at import, functools.partial, a method holding it) calls
+# this one object, so while a capture traces its code is swapped (`_Redirect`), and
+# `_TORCH_APPLY` runs torch's code meanwhile.
+_APPLY = torch.autograd.Function.apply.__func__  # type: ignore[attr-defined]
+_APPLY_CODE = _APPLY.__code__
+_TORCH_APPLY = types.FunctionType(_APPLY_CODE, _APPLY.__globals__, _APPLY.__name__,
+                                  _APPLY.__defaults__, _APPLY.__closure__)
+
+
+class _Redirect:
+    def apply(cls, *args, **kwargs):  # noqa: N805  (the classmethod's function)
+        # torch's apply has one free variable, super()'s __class__ cell: a code swapped in for
+        # it must have the same ones. It runs with torch's globals, so it imports its target.
+        __class__  # type: ignore[name-defined]  # noqa: B018
+        from ms_aten.programs.capture.autograd_functions import dispatch
+        return dispatch(cls, args, kwargs)  # type: ignore[arg-type]
+
+
+_REDIRECT_CODE = _Redirect.apply.__code__
+assert _REDIRECT_CODE.co_freevars == _APPLY_CODE.co_freevars
+
+
+def _autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
+    """The autocast regions entered where a Function is applied, by device type."""
+    return tuple((device, torch.get_autocast_dtype(device)) for device in ("cpu", "cuda")
+                 if torch.is_autocast_enabled(device))
 
 
 @dataclass(frozen=True)
@@ -49,6 +91,13 @@ class _Applied:
     spec: pytree.TreeSpec  # of (args, kwargs)
     constants: tuple[Any, ...]  # the leaves, None where a tensor goes
     tensor_leaves: tuple[int, ...]  # where the node's tensors go among the leaves
+    # The autocast the capture applied it under (MindSpore's amp runs the program under one):
+    # entered again whenever the node runs, so that it computes in the dtypes it was traced in.
+    autocast: tuple[tuple[str, torch.dtype], ...]
+
+    @property
+    def name(self) -> str:
+        return f"torch.autograd.Function {self.cls.__module__}.{self.cls.__qualname__}"
 
     def apply(self, tensors: list[torch.Tensor]) -> Any:
         """The Function applied to these tensors and the constants, as torch applies it."""
@@ -56,18 +105,33 @@ class _Applied:
         for position, tensor in zip(self.tensor_leaves, tensors, strict=True):
             leaves[position] = tensor
         args, kwargs = pytree.tree_unflatten(leaves, self.spec)
-        return _ORIGINAL_APPLY(self.cls, *args, **kwargs)
+        with contextlib.ExitStack() as stack:
+            for device, dtype in self.autocast:
+                stack.enter_context(torch.autocast(device, dtype=dtype))
+            return _TORCH_APPLY(self.cls, *args, **kwargs)
 
     def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         out = self.apply(tensors)
         return list(out) if isinstance(out, tuple) else [out]
 
 
-# Every Function a capture met, by the key its node carries; process-wide like torch's own op
-# registry (a node of a program outlives the capture that made it).
-_APPLIED: dict[int, _Applied] = {}
+@dataclass
+class _Entry:
+    applied: _Applied
+    # Output shapes and dtypes, for a forward that cannot run on fake tensors (numpy).
+    outputs: list[tuple[torch.Size, torch.dtype]] | None = None
+    random: bool = False  # its forward draws random numbers: the node is function.random
+    owners: int = 0  # the programs that call it (own()); 0: its capture's thread holds it
+
+
+# Every Function a capture met, by the key its node carries, until the programs that call it
+# are freed (own()); process-wide like torch's op registry, which calls the node's kernels.
+_APPLIED: dict[int, _Entry] = {}
 _KEYS = itertools.count()
-_STATE = threading.local()  # .inline: compile='s joint trace applies Functions
+_LOCK = threading.Lock()
+# .capturing: this thread's capture turns Functions into nodes; .inline: compile='s joint
+# trace applies them; .pending: keys of this thread's captures that no program owns yet.
+_STATE = threading.local()
 
 
 @contextlib.contextmanager
@@ -90,38 +154,48 @@ def _tracing(tensors: list[torch.Tensor]) -> bool:
 def _autograd_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     if _tracing(tensors) and not getattr(_STATE, "inline", False):
         with torch._C._AutoDispatchBelowAutograd():
-            return torch.ops.ms_aten_autograd.function(key, tensors)
-    return _APPLIED[key](tensors)
+            return _OPS[_APPLIED[key].random](key, tensors)
+    return _APPLIED[key].applied(tensors)
 
 
 def _backend_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     # Below autograd (inference): the Function's forward, nothing recorded; an output that
     # shares an input's memory is cloned, as the op's schema is functional.
     with torch.no_grad():
-        outputs = _APPLIED[key](tensors)
+        outputs = _APPLIED[key].applied(tensors)
     memory = {t.untyped_storage().data_ptr() for t in tensors}
     return [o.clone() if o.untyped_storage().data_ptr() in memory else o for o in outputs]
 
 
-_LIBRARY.impl("function", _autograd_kernel, "Autograd")
-_LIBRARY.impl("function", _backend_kernel, "CompositeExplicitAutograd")
-
-
-@torch.library.register_fake(f"{NAMESPACE}::function", lib=_LIBRARY)
 def _fake(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    entry = _APPLIED[key]
+    if entry.outputs is not None:
+        device = tensors[0].device if tensors else torch.device("cpu")
+        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in entry.outputs]
     with torch.no_grad():
-        return [o.clone() for o in _APPLIED[key](tensors)]
+        return [o.clone() for o in entry.applied(tensors)]
+
+
+for _overload in ("function", "function.random"):
+    _LIBRARY.impl(_overload, _autograd_kernel, "Autograd")
+    _LIBRARY.impl(_overload, _backend_kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{NAMESPACE}::{_overload}", _fake, lib=_LIBRARY)
+_OPS = {False: torch.ops.ms_aten_autograd.function.default,
+        True: torch.ops.ms_aten_autograd.function.random}
 
 
 class _Reads(TorchDispatchMode):
-    """Which tensors the ops under it read that no earlier op under it made, nor the inputs."""
+    """Which tensors the ops under it read that no earlier op under it made, nor the inputs;
+    whether one of them draws random numbers."""
 
     def __init__(self, inputs: list[torch.Tensor]) -> None:
         super().__init__()
         self.known = {id(t) for t in inputs}
         self.foreign: list[torch.Tensor] = []
+        self.random = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.random |= torch.Tag.nondeterministic_seeded in func.tags
         for t in pytree.tree_leaves((args, kwargs or {})):
             if isinstance(t, torch.Tensor) and id(t) not in self.known:
                 self.foreign.append(t)
@@ -132,11 +206,48 @@ class _Reads(TorchDispatchMode):
         return out
 
 
-def _check(applied: _Applied, tensors: list[torch.Tensor]) -> bool:
+@contextlib.contextmanager
+def _inside() -> Iterator[None]:
+    """A Function's own forward runs in this block: the Functions it applies are its own
+    business (applied as torch applies them), not nodes of their own."""
+    before = getattr(_STATE, "inside", False)
+    _STATE.inside = True
+    try:
+        yield
+    finally:
+        _STATE.inside = before
+
+
+def _run_once(applied: _Applied, tensors: list[torch.Tensor]) -> tuple[Any, _Reads, bool]:
+    """One run of the Function's forward outside the traced graph: on the capture's fake
+    tensors, or, for a forward that cannot run on them (numpy), on zeros shaped as they are;
+    the outputs, what it read, and whether it ran on zeros."""
+    reads = _Reads(tensors)
+    try:
+        with disable_proxy_modes_tracing(), torch.no_grad(), _inside(), reads:
+            return applied.apply(tensors), reads, False
+    except CaptureError:
+        raise
+    except Exception as error:  # noqa: BLE001  (numpy on a fake tensor: torch raises many kinds)
+        if not any(isinstance(t, FakeTensor | FunctionalTensor) for t in tensors):
+            raise
+        if any(isinstance(n, torch.SymInt) for t in tensors for n in t.shape):
+            raise CaptureError(
+                f"ms_aten: {applied.name}'s forward cannot run on torch.export's fake tensors "
+                f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}) "
+                f"and the capture has dynamic shapes; capture with static shapes") from error
+        with unset_fake_temporarily(), disable_proxy_modes_tracing():
+            zeros = [torch.zeros(t.shape, dtype=t.dtype) for t in tensors]
+            reads = _Reads(zeros)
+            with torch.no_grad(), _inside(), reads:
+                return applied.apply(zeros), reads, True
+
+
+def _check(applied: _Applied, tensors: list[torch.Tensor]) -> tuple[bool, _Entry]:
     """CaptureError, naming the Function, for what its node cannot keep (see the module's
-    docstring), from one run of its forward on the capture's fake tensors, kept out of the
-    graph being traced; whether it returns a tuple."""
-    name = f"torch.autograd.Function {applied.cls.__module__}.{applied.cls.__qualname__}"
+    docstring), from one run of its forward kept out of the graph being traced; whether it
+    returns a tuple, and its table entry."""
+    name = applied.name
     for value in applied.constants:
         if isinstance(value, torch.nn.Module):
             raise CaptureError(
@@ -144,10 +255,9 @@ def _check(applied: _Applied, tensors: list[torch.Tensor]) -> bool:
                 f"weights would be torch's, not the Cell's Parameters; pass the tensors it "
                 f"needs as arguments")
     versions = [t._version for t in tensors]
-    reads = _Reads(tensors)
-    with disable_proxy_modes_tracing(), torch.no_grad(), reads:
-        outputs = applied.apply(tensors)
-    if any(t._version != v for t, v in zip(tensors, versions, strict=True)):
+    outputs, reads, on_zeros = _run_once(applied, tensors)
+    if any(t._version != v for t, v in zip(tensors, versions, strict=True)) or (
+            on_zeros and any(r is t for r in pytree.tree_leaves(outputs) for t in tensors)):
         raise CaptureError(f"ms_aten: {name} writes an input in place (mark_dirty); a captured "
                            f"Function must return new tensors")
     results = outputs if isinstance(outputs, tuple) else (outputs,)
@@ -155,56 +265,197 @@ def _check(applied: _Applied, tensors: list[torch.Tensor]) -> bool:
         kinds = ", ".join(type(r).__name__ for r in results)
         raise CaptureError(f"ms_aten: {name} returns {kinds or 'nothing'}; a captured Function "
                            f"returns a tensor or a tuple of tensors")
-    if reads.foreign:
+    # On zeros, tensors made from numpy arrays are foreign too: a weight is what requires grad.
+    foreign = [t for t in reads.foreign if not on_zeros or t.requires_grad]
+    if foreign:
         raise CaptureError(
-            f"ms_aten: {name} reads a tensor (shape {list(reads.foreign[0].shape)}) that is not "
+            f"ms_aten: {name} reads a tensor (shape {list(foreign[0].shape)}) that is not "
             f"among its arguments (a weight it closes over would be torch's, not the Cell's "
             f"Parameter); pass it to apply()")
-    return isinstance(outputs, tuple)
+    entry = _Entry(applied, [(r.shape, r.dtype) for r in results] if on_zeros else None,
+                   reads.random)
+    return isinstance(outputs, tuple), entry
 
 
-def _apply(cls: type[torch.autograd.Function], *args: Any, **kwargs: Any) -> Any:
-    if cls.__module__.split(".")[0] == "torch":
-        return _ORIGINAL_APPLY(cls, *args, **kwargs)
+def _node(cls: type[torch.autograd.Function], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The application as one node of the graph being traced."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
     tensors = [leaves[i] for i in positions]
     applied = _Applied(cls, spec, tuple(None if i in positions else leaf
-                                        for i, leaf in enumerate(leaves)), positions)
-    returns_tuple = _check(applied, tensors)
+                                        for i, leaf in enumerate(leaves)), positions,
+                       _autocast_state())
+    returns_tuple, entry = _check(applied, tensors)
     key = next(_KEYS)
-    _APPLIED[key] = applied
-    outputs = torch.ops.ms_aten_autograd.function(key, tensors)
+    with _LOCK:
+        _APPLIED[key] = entry
+    _STATE.pending.append(key)
+    outputs = _OPS[entry.random](key, tensors)
     return tuple(outputs) if returns_tuple else outputs[0]
+
+
+def dispatch(cls: type[torch.autograd.Function], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """What `Function.apply` does while a capture traces (`_Redirect`): in the capturing
+    thread, a Function becomes a node; torch's checkpointing runs its function (its gradient is
+    that function's); elsewhere, and for torch's other Functions, torch's apply."""
+    if not getattr(_STATE, "capturing", False) or getattr(_STATE, "inside", False):
+        return _TORCH_APPLY(cls, *args, **kwargs)
+    if cls is CheckpointFunction:  # (run_function, preserve_rng_state, *args)
+        return args[0](*args[2:])
+    if cls.__module__.split(".")[0] == "torch":
+        return _TORCH_APPLY(cls, *args, **kwargs)
+    return _node(cls, args, kwargs)
+
+
+_INSTALLED = 0  # captures under way, in every thread: the code is swapped while one is
 
 
 @contextlib.contextmanager
 def as_nodes() -> Iterator[None]:
-    """While a capture traces: each Function applied (but torch's own) becomes a node."""
-    torch.autograd.Function.apply = classmethod(_apply)  # type: ignore[method-assign,assignment]
+    """While a capture traces in this thread: each Function it applies (but torch's own)
+    becomes a node; other threads' Functions are torch's. A capture that fails frees the
+    Functions it met."""
+    global _INSTALLED
+    with _LOCK:
+        _INSTALLED += 1
+        _APPLY.__code__ = _REDIRECT_CODE
+    before = getattr(_STATE, "capturing", False), getattr(_STATE, "pending", None)
+    _STATE.capturing = True
+    _STATE.pending = [] if before[1] is None else before[1]
+    start = len(_STATE.pending)
     try:
         yield
+    except BaseException:
+        _release(_STATE.pending[start:])
+        del _STATE.pending[start:]
+        raise
     finally:
-        torch.autograd.Function.apply = classmethod(  # type: ignore[method-assign,assignment]
-            _ORIGINAL_APPLY)
+        _STATE.capturing = before[0]
+        with _LOCK:
+            _INSTALLED -= 1
+            if not _INSTALLED:
+                _APPLY.__code__ = _APPLY_CODE
+
+
+def _release(keys: list[int]) -> None:
+    with _LOCK:
+        for key in keys:
+            entry = _APPLIED.get(key)
+            if entry is not None:
+                entry.owners -= 1
+                if entry.owners <= 0:
+                    del _APPLIED[key]
+
+
+def keys(gm: torch.fx.GraphModule) -> list[int]:
+    """The keys of a graph's Function nodes (its submodules' included)."""
+    return [node.args[0] for module in gm.modules() if isinstance(module, torch.fx.GraphModule)
+            for node in module.graph.nodes
+            if node.op == "call_function" and is_function_node(node.target)]
+
+
+def own(owner: object, gm: torch.fx.GraphModule) -> None:
+    """`owner` (a program built from `gm`) calls gm's Function nodes: their entries live until
+    it is freed. The entries this thread's captures made that no program took are freed: the
+    graph a capture traces is built before the next one starts."""
+    found = keys(gm)
+    with _LOCK:
+        for key in found:
+            _APPLIED[key].owners += 1
+    weakref.finalize(owner, _release, found).atexit = False
+    pending = getattr(_STATE, "pending", [])
+    taken = set(found)
+    _release([key for key in pending if key not in taken and key in _APPLIED
+              and _APPLIED[key].owners == 0])
+    pending.clear()
 
 
 def is_function_node(target: Callable) -> bool:
-    return target is torch.ops.ms_aten_autograd.function.default
+    return target in _OPS.values()
+
+
+class Unkeyable(ValueError):
+    """A Function's code reads something a compile cache cannot key (compile/compiled.py then
+    compiles nothing)."""
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
+# Libraries whose functions are keyed by their names (and torch's version, in the key already):
+# their code is not the user's to edit.
+_LIBRARIES = frozenset({"torch", "numpy", "math", "functools", "operator", "builtins"})
+
+
+def _identity(value: Any, seen: dict[int, tuple[Any, str]]) -> str:
+    """What a Function's code can reach, as text: code objects (their bytecode, constants,
+    names, nested code), the globals and closure cells they read, recursively; Unkeyable for
+    a value that is none of these (a tensor, an object). `seen` holds each value it met (so
+    that no id is reused meanwhile) with its text, a cycle's mark until it is known."""
+    if id(value) in seen:
+        return seen[id(value)][1]
+    seen[id(value)] = (value, f"<cycle {len(seen)}>")
+    if isinstance(value, _PLAIN):
+        text = repr(value)
+    elif isinstance(value, tuple | list | frozenset):
+        text = repr(type(value)) + repr([_identity(v, seen) for v in value])
+    elif isinstance(value, types.ModuleType):
+        text = f"module {value.__name__}"
+    elif isinstance(value, types.CodeType):
+        text = repr((value.co_code.hex(), value.co_names, value.co_varnames,
+                     [_identity(c, seen) for c in value.co_consts]))
+    elif isinstance(value, staticmethod | classmethod):
+        text = _identity(value.__func__, seen)
+    elif isinstance(value, functools.partial):
+        text = repr(("partial", _identity(value.func, seen), _identity(value.args, seen),
+                     _identity(sorted(value.keywords.items()), seen)))
+    elif isinstance(value, types.MethodType):
+        text = repr(("method", _identity(value.__func__, seen),
+                     _identity(value.__self__, seen)))
+    elif isinstance(value, types.BuiltinFunctionType) or (
+            (getattr(value, "__module__", None) or "").split(".")[0] in _LIBRARIES
+            and callable(value)):
+        text = f"{value.__module__}.{getattr(value, '__qualname__', repr(value))}"
+    elif isinstance(value, types.FunctionType):
+        code = value.__code__
+        reads = sorted(_reads(code))
+        text = repr((value.__module__, value.__qualname__, _identity(code, seen),
+                     _identity(value.__defaults__, seen),
+                     [(n, _identity(value.__globals__[n], seen)) for n in reads
+                      if n in value.__globals__],
+                     [_identity(c.cell_contents, seen) for c in value.__closure__ or ()]))
+    elif isinstance(value, type):
+        text = repr((value.__module__, value.__qualname__,
+                     [_identity(b, seen) for b in value.__bases__ if b is not object],
+                     [(n, _identity(v, seen)) for n, v in sorted(vars(value).items())
+                      if isinstance(v, types.FunctionType | staticmethod | classmethod)]))
+    else:
+        raise Unkeyable(f"its code reads a {type(value).__name__}, which the cache cannot key")
+    seen[id(value)] = (value, text)
+    return text
+
+
+def _reads(code: types.CodeType) -> set[str]:
+    """The global names a code object and the code nested in it read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _reads(const)
+    return names
 
 
 def identities(gm: torch.fx.GraphModule) -> list[str]:
-    """What each Function node of a graph applies, in order: its class, its methods' code and
-    its constants. A node's key is only a number of this process, so a cache of compiled code
-    (compile/compiled.py) keys on these."""
+    """What each Function node of a graph applies, in order: its class with everything its
+    methods' code can reach (_identity), its constants and autocast. A node's key is only a
+    number of this process, so a cache of compiled code (compile/compiled.py) keys on these;
+    Unkeyable, naming the Function, for one that reads what cannot be keyed."""
     found = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and is_function_node(node.target):
-            applied = _APPLIED[node.args[0]]
-            methods = [getattr(applied.cls, m, None) for m in ("forward", "setup_context",
-                                                                 "backward", "vjp", "jvp")]
-            code = [f.co_code.hex() + repr(f.co_consts) for f in
-                    (getattr(m, "__code__", None) for m in methods) if f is not None]
-            found.append(repr((applied.cls.__module__, applied.cls.__qualname__, code,
-                               applied.constants, applied.tensor_leaves, str(applied.spec))))
+            applied = _APPLIED[node.args[0]].applied
+            try:
+                code = _identity(applied.cls, {})
+                constants = _identity(applied.constants, {})
+            except Unkeyable as error:
+                raise Unkeyable(f"{applied.name}: {error}") from None
+            found.append(repr((code, constants, applied.tensor_leaves, str(applied.spec),
+                               applied.autocast)))
     return found

@@ -16,7 +16,9 @@ the autograd node the op records.
 - Weights and buffers are inputs of the compiled code, never constants in it: MindSpore trains
   them and a checkpoint loads them.
 - Compiled libraries are cached on disk under a key of the graph, its inputs' shapes and dtypes,
-  what it differentiates, torch's version, the CPU's vector ISA and the thread count the code is
+  its custom autograd.Functions' code and everything it reaches (a Function that reads what
+  cannot be keyed is not compiled: capture/autograd_functions.py's identities), what it
+  differentiates, torch's version, the CPU's vector ISA and the thread count the code is
   generated for (ms_aten's: its kernels run on ms_aten's launch thread, in ATen's one OpenMP
   team). A second Cell of the same model compiles nothing. An entry is checked whole before it
   is loaded, and a damaged one compiled again (cache.py); the ISA is remembered in the

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -64,8 +65,13 @@ def refuse_traced_functions(gm: torch.fx.GraphModule, name: str) -> None:
             refuse_traced_functions(child, name)
 
 
-def _refuse_tensor_hook(method: str, name: str):
+def _refuse_tensor_hook(method: str):
+    original = _TENSOR_HOOKS[method]
+
     def refuse(tensor: torch.Tensor, hook: Any, *args: Any, **kwargs: Any):
+        name = _capture_name()
+        if name is None:  # another thread's hook, during a capture in this one
+            return original(tensor, hook, *args, **kwargs)
         # The caller: the innermost frame outside torch (a strict capture calls from torch's).
         frames = traceback.extract_stack()[:-1]
         frame = next((f for f in reversed(frames) if f"{os.sep}torch{os.sep}" not in f.filename
@@ -97,52 +103,90 @@ def refuse_hooks(module: torch.nn.Module, name: str) -> None:
                            f"gradients MindSpore returns")
 
 
-# torch's own methods, put back after each capture (patched only while one traces).
+# torch's own methods, put back after the captures under way (patched only while one traces;
+# the patched ones act in the capturing thread alone: _CAPTURE.name is set there).
 _INFERENCE_MODE = torch.autograd.grad_mode.inference_mode
 _INFERENCE_ENTER_EXIT = (_INFERENCE_MODE.__enter__, _INFERENCE_MODE.__exit__)
 _TENSOR_HOOKS = {name: getattr(torch.Tensor, name)
                  for name in ("register_hook", "register_post_accumulate_grad_hook")}
+_CAPTURE = threading.local()
+_PATCHES = threading.Lock()
+_UNDER_WAY = 0  # captures tracing, in every thread
+_NAMES: set[str] = set()  # of the captures under way
+
+
+def _capture_name() -> str | None:
+    """The name of the capture this thread is in, None in a thread that is not capturing.
+    TorchDynamo (a strict capture) cannot trace a thread-local: while it traces, the capture is
+    the one under way (two strict captures at once share their refusals' names)."""
+    if torch.compiler.is_dynamo_compiling():
+        return next(iter(_NAMES), "a strict capture")
+    return getattr(_CAPTURE, "name", None)
 
 
 def _enter_as_no_grad(self) -> None:
-    self._ms_aten_grad = torch.set_grad_enabled(not self.mode and torch.is_grad_enabled())
+    if _capture_name() is None:  # another thread: torch's inference mode
+        self._ms_aten_grad = None
+        _INFERENCE_ENTER_EXIT[0](self)
+        return
+    # torch's inference_mode(mode) sets grad mode to `not mode`, as no_grad / enable_grad.
+    self._ms_aten_grad = torch.set_grad_enabled(not self.mode)
 
 
 def _exit_as_no_grad(self, *exc: Any) -> None:
-    self._ms_aten_grad.__exit__(*exc)
+    if self._ms_aten_grad is None:
+        _INFERENCE_ENTER_EXIT[1](self, *exc)
+    else:
+        self._ms_aten_grad.__exit__(*exc)
 
 
 def _inference_mode_function(mode: Any = True) -> Any:
     """torch.inference_mode as TorchDynamo can trace it (it drops the real one silently)."""
+    if _capture_name() is None:
+        return _INFERENCE_MODE(mode)
     if callable(mode):  # @torch.inference_mode on a function
         return torch.no_grad()(mode)
-    return torch.no_grad() if mode else contextlib.nullcontext()
+    return torch.no_grad() if mode else torch.enable_grad()
 
 
-@contextlib.contextmanager
-def _inference_mode_as_no_grad() -> Iterator[None]:
+def _patch() -> None:
     # Non-strict runs the class's methods (however the module named it); strict, what the
     # name torch.inference_mode holds.
     _INFERENCE_MODE.__enter__ = _enter_as_no_grad  # type: ignore[method-assign]
     _INFERENCE_MODE.__exit__ = _exit_as_no_grad  # type: ignore[method-assign]
     torch.inference_mode = _inference_mode_function  # type: ignore[assignment,misc]
-    try:
-        yield
-    finally:
-        _INFERENCE_MODE.__enter__, _INFERENCE_MODE.__exit__ = (  # type: ignore[method-assign]
-            _INFERENCE_ENTER_EXIT)
-        torch.inference_mode = _INFERENCE_MODE  # type: ignore[misc]
+    for method in _TENSOR_HOOKS:
+        setattr(torch.Tensor, method, _refuse_tensor_hook(method))
+
+
+def _unpatch() -> None:
+    _INFERENCE_MODE.__enter__, _INFERENCE_MODE.__exit__ = (  # type: ignore[method-assign]
+        _INFERENCE_ENTER_EXIT)
+    torch.inference_mode = _INFERENCE_MODE  # type: ignore[misc]
+    for method, original in _TENSOR_HOOKS.items():
+        setattr(torch.Tensor, method, original)
 
 
 @contextlib.contextmanager
-def _refusing_tensor_hooks(name: str) -> Iterator[None]:
-    for method in _TENSOR_HOOKS:
-        setattr(torch.Tensor, method, _refuse_tensor_hook(method, name))
+def _patched(name: str) -> Iterator[None]:
+    """torch patched while a capture is under way in some thread; `name`'s in this one."""
+    global _UNDER_WAY
+    with _PATCHES:
+        if not _UNDER_WAY:
+            _patch()
+        _UNDER_WAY += 1
+        _NAMES.add(name)
+    before = getattr(_CAPTURE, "name", None)
+    _CAPTURE.name = name
     try:
         yield
     finally:
-        for method, original in _TENSOR_HOOKS.items():
-            setattr(torch.Tensor, method, original)
+        _CAPTURE.name = before
+        with _PATCHES:
+            _NAMES.discard(name)
+            _UNDER_WAY -= 1
+            if not _UNDER_WAY:
+                _unpatch()
 
 
 @contextlib.contextmanager
@@ -152,8 +196,7 @@ def capturing(module: torch.nn.Module, name: str, strict: bool) -> Iterator[None
     refuse_hooks(module, name)
     with contextlib.ExitStack() as stack:
         stack.enter_context(torch.enable_grad())
-        stack.enter_context(_refusing_tensor_hooks(name))
-        stack.enter_context(_inference_mode_as_no_grad())
+        stack.enter_context(_patched(name))
         if not strict:  # TorchDynamo inlines Functions itself: refuse_traced_functions
             stack.enter_context(autograd_functions.as_nodes())
         yield

@@ -7,11 +7,14 @@ inside forward").
   runs, `keep_grad_regions` detaches every input of each such region: nothing computed inside
   then carries a gradient, as in torch (an `enable_grad` block inside one is a region of its
   own at the top level, where grad is on). `inference_mode`, which torch.export drops
-  altogether, is traced as `no_grad` (the same gradients; torch's further limits on inference
-  tensors are not enforced).
+  altogether, is traced as `no_grad`, and `inference_mode(False)` as `enable_grad` (the same
+  gradients; torch's further limits on inference tensors are not enforced).
 - Custom `torch.autograd.Function`s: autograd_functions.py.
 - Hooks: a tensor hook registered in forward, a module's backward hooks and a parameter's
   gradient hooks would never run (MindSpore computes the gradients): CaptureError naming them.
+
+torch is patched while a capture is under way in any thread, and the patches act in the
+capturing thread alone.
 """
 from __future__ import annotations
 

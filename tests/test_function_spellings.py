@@ -334,6 +334,30 @@ def test_mark_dirty_is_refused_by_name_in_every_spelling(forward):
         ms_aten.module(module, (X,))
 
 
+
+class NumpyPositives(torch.autograd.Function):
+    """numpy inside forward, with an output whose size depends on the values."""
+
+    @staticmethod
+    def forward(ctx, x):
+        values = x.detach().numpy()
+        return torch.from_numpy(values[values > 0].copy())
+
+    @staticmethod
+    def backward(ctx, g):
+        raise AssertionError("never reached")
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_numpy_in_forward_with_value_dependent_sizes_fails_by_name(mode):
+    """The capture takes a numpy forward's output shapes from a run on zeros; sizes that depend
+    on the values are not what it took, and the call says so rather than run on."""
+    function = ms_aten.function(lambda x: NumpyPositives.apply(x), (XR,))
+    set_mode(mode)
+    with pytest.raises(RuntimeError, match=r"NumpyPositives returned \[\(torch.Size\(\[64\]\).* "
+                                           r"when the capture ran its forward on zeros"):
+        function(to_ms(XR))
+
 # ---- random draws inside a Function, and in recomputed regions (issue 58, item 3) ----
 
 

@@ -123,6 +123,17 @@ class _Entry:
     random: bool = False  # its forward draws random numbers: the node is function.random
     owners: int = 0  # the programs that call it (own()); 0: its capture's thread holds it
 
+    def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        outputs = self.applied(tensors)
+        if self.outputs is not None:  # sizes that depend on values would be silently wrong
+            got = [(o.shape, o.dtype) for o in outputs]
+            if got != self.outputs:
+                raise RuntimeError(
+                    f"ms_aten: {self.applied.name} returned {got}, but {self.outputs} when the "
+                    f"capture ran its forward on zeros (it cannot run on fake tensors): its "
+                    f"output shapes must not depend on the values")
+        return outputs
+
 
 # Every Function a capture met, by the key its node carries, until the programs that call it
 # are freed (own()); process-wide like torch's op registry, which calls the node's kernels.
@@ -155,14 +166,14 @@ def _autograd_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor
     if _tracing(tensors) and not getattr(_STATE, "inline", False):
         with torch._C._AutoDispatchBelowAutograd():
             return _OPS[_APPLIED[key].random](key, tensors)
-    return _APPLIED[key].applied(tensors)
+    return _APPLIED[key](tensors)
 
 
 def _backend_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     # Below autograd (inference): the Function's forward, nothing recorded; an output that
     # shares an input's memory is cloned, as the op's schema is functional.
     with torch.no_grad():
-        outputs = _APPLIED[key].applied(tensors)
+        outputs = _APPLIED[key](tensors)
     memory = {t.untyped_storage().data_ptr() for t in tensors}
     return [o.clone() if o.untyped_storage().data_ptr() in memory else o for o in outputs]
 
@@ -218,17 +229,18 @@ def _inside() -> Iterator[None]:
         _STATE.inside = before
 
 
-def _run_once(applied: _Applied, tensors: list[torch.Tensor]) -> tuple[Any, _Reads, bool]:
+def _run_once(applied: _Applied, tensors: list[torch.Tensor]
+              ) -> tuple[Any, _Reads, list[torch.Tensor] | None]:
     """One run of the Function's forward outside the traced graph: on the capture's fake
     tensors, or, for a forward that cannot run on them (numpy), on zeros shaped as they are;
-    the outputs, what it read, and whether it ran on zeros."""
+    the outputs, what it read, and the zeros it ran on (None: on the fake tensors)."""
     reads = _Reads(tensors)
     try:
         with disable_proxy_modes_tracing(), torch.no_grad(), _inside(), reads:
-            return applied.apply(tensors), reads, False
+            return applied.apply(tensors), reads, None
     except CaptureError:
         raise
-    except Exception as error:  # noqa: BLE001  (numpy on a fake tensor: torch raises many kinds)
+    except RuntimeError as error:  # numpy, .item() on a fake tensor
         if not any(isinstance(t, FakeTensor | FunctionalTensor) for t in tensors):
             raise
         if any(isinstance(n, torch.SymInt) for t in tensors for n in t.shape):
@@ -240,7 +252,7 @@ def _run_once(applied: _Applied, tensors: list[torch.Tensor]) -> tuple[Any, _Rea
             zeros = [torch.zeros(t.shape, dtype=t.dtype) for t in tensors]
             reads = _Reads(zeros)
             with torch.no_grad(), _inside(), reads:
-                return applied.apply(zeros), reads, True
+                return applied.apply(zeros), reads, zeros
 
 
 def _check(applied: _Applied, tensors: list[torch.Tensor]) -> tuple[bool, _Entry]:
@@ -255,9 +267,10 @@ def _check(applied: _Applied, tensors: list[torch.Tensor]) -> tuple[bool, _Entry
                 f"weights would be torch's, not the Cell's Parameters; pass the tensors it "
                 f"needs as arguments")
     versions = [t._version for t in tensors]
-    outputs, reads, on_zeros = _run_once(applied, tensors)
-    if any(t._version != v for t, v in zip(tensors, versions, strict=True)) or (
-            on_zeros and any(r is t for r in pytree.tree_leaves(outputs) for t in tensors)):
+    outputs, reads, zeros = _run_once(applied, tensors)
+    on_zeros = zeros is not None
+    if any(t._version != v for t, v in zip(tensors, versions, strict=True)) or any(
+            z._version for z in zeros or ()):
         raise CaptureError(f"ms_aten: {name} writes an input in place (mark_dirty); a captured "
                            f"Function must return new tensors")
     results = outputs if isinstance(outputs, tuple) else (outputs,)

@@ -332,7 +332,8 @@ def test_a_strict_capture_keeps_grad_mode_regions(construct):
 
 def test_a_strict_capture_refuses_functions_and_hooks_by_name():
     with pytest.raises(ms_aten.CaptureError, match=r"a strict capture inlines a custom "
-                       r"torch.autograd.Function's forward and loses its backward \(File "
+                       r"torch.autograd.Function's forward and loses its backward \(test_autograd_"
+                       r"constructs.GradReverse, File "
                        r"\".*test_autograd_constructs.py\", line \d+, in forward\); capture "
                        r"with strict=False"):
         ms_aten.module(Net("grad_reverse"), (X,), strict=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import traceback
 from collections.abc import Iterator
@@ -59,9 +60,12 @@ def refuse_traced_functions(gm: torch.fx.GraphModule, name: str) -> None:
         if any(entry[0] == "autograd.function" for entry in node.meta.get("source_fn_stack") or ()):
             frames = [line.strip() for line in (node.meta.get("stack_trace") or "").splitlines()
                       if line.strip().startswith("File ")]
+            where = frames[-1] if frames else node.name
+            found = re.match(r'File "(.*)", line (\d+)', where)
+            cls = found and autograd_functions.defined_at(found[1], int(found[2]))
             raise CaptureError(
                 f"ms_aten: {name}: a strict capture inlines a custom torch.autograd.Function's "
-                f"forward and loses its backward ({frames[-1] if frames else node.name}); "
+                f"forward and loses its backward ({f'{cls}, ' if cls else ''}{where}); "
                 f"capture with strict=False, which keeps it")
     for child in gm.children():
         if isinstance(child, torch.fx.GraphModule):

@@ -383,6 +383,23 @@ def own(owner: object, gm: torch.fx.GraphModule) -> None:
     pending.clear()
 
 
+def defined_at(filename: str, line: int) -> str | None:
+    """The Function (module.qualname) whose forward holds this line of this file, if one does:
+    a strict capture's refusal names it. None for source that is not a file (exec'd)."""
+    if filename.startswith("<"):
+        return None
+    pending = list(torch.autograd.Function.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        pending += cls.__subclasses__()
+        code = getattr(cls.__dict__.get("forward"), "__code__", None) or getattr(
+            getattr(cls.__dict__.get("forward"), "__func__", None), "__code__", None)
+        if code is not None and code.co_filename == filename and line in {
+                n for _, _, n in code.co_lines()}:
+            return f"{cls.__module__}.{cls.__qualname__}"
+    return None
+
+
 def is_function_node(target: Callable) -> bool:
     return target in _OPS.values()
 

@@ -589,6 +589,30 @@ def test_a_function_under_autocast_runs_under_it(mode):
     assert_gradients_match(cell, module)
 
 
+
+class UnderAmp(Autocast):
+    """The same Function, the autocast MindSpore's amp (to_float) puts around the program."""
+
+    def forward(self, x):
+        return (MatMul.apply(x, self.w).float() * x).sum()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_function_under_mindspore_s_amp_runs_under_its_autocast(mode):
+    torch.manual_seed(0)
+    module = UnderAmp()
+    set_mode(mode)
+    cell = ms_aten.module(copy.deepcopy(module), (X,))
+    cell.to_float(ms.bfloat16)
+    value, (dx, (dw,)) = ms.value_and_grad(Call(cell), 0, cell.trainable_params())(to_ms(X))
+    x = X.clone().requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = module(x)
+    want.backward()
+    assert float(value) == pytest.approx(want.item(), rel=1e-5)
+    np.testing.assert_allclose(dx.asnumpy(), x.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(dw.asnumpy(), module.w.grad.numpy(), rtol=1e-5, atol=1e-6)
+
 @torch.inference_mode()  # applied at import
 def _teacher(layer: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return layer(x) * 2

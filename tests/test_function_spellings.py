@@ -224,13 +224,21 @@ def assert_gradients_match(cell, module: torch.nn.Module) -> None:
                                    rtol=1e-5, atol=1e-6, err_msg=param.name)
 
 
+@pytest.fixture(scope="module")
+def captured() -> dict[str, tuple[torch.nn.Module, ms_aten.TorchModule]]:
+    """One capture per spelling, which both modes run: the torch module and its Cell."""
+    return {}
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("spelling", list(SPELLINGS))
-def test_every_spelling_keeps_the_function_s_backward(spelling, mode):
-    torch.manual_seed(0)
-    module = Net(spelling)
+def test_every_spelling_keeps_the_function_s_backward(spelling, mode, captured):
     set_mode(mode)
-    cell = ms_aten.module(copy.deepcopy(module), (X,))
+    if spelling not in captured:
+        torch.manual_seed(0)
+        module = Net(spelling)
+        captured[spelling] = module, ms_aten.module(copy.deepcopy(module), (X,))
+    module, cell = captured[spelling]
     assert "call ms_aten_autograd::function" in cell.program.spec
     assert_gradients_match(cell, module)
 

@@ -28,6 +28,7 @@ from .ops.constants import ConstantError
 from .ops.infer import ShapeInferenceError, ValueDependentError
 from .ops.op import AtenOp, op
 from .programs.base import CaptureError
+from .programs.capture.opaque import OpaqueWarning, opaque
 from .programs.compile.compiled import CompileCacheWarning, CompileWarning
 from .programs.function import TorchFunction, function
 from .programs.module import TorchModule, module
@@ -39,9 +40,9 @@ _configure_threads()
 _check_memory_environment()
 
 __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM",
-           "CompileCacheWarning", "CompileWarning", "ConstantError",
-           "GenerateOutput", "ShapeInferenceError", "TorchFunction", "TorchModule",
-           "ValueDependentError", "ValueDependentOp",
-           "__version__", "cached_bytes", "causal_lm", "empty_cache", "function", "generate",
-           "get_num_threads", "host_read_count", "launch_count", "module", "nn", "op", "optim",
-           "set_num_threads", "to_ms", "to_torch"]
+           "CompileCacheWarning", "CompileWarning", "ConstantError", "GenerateOutput",
+           "OpaqueWarning", "ShapeInferenceError", "TorchFunction", "TorchModule",
+           "ValueDependentError", "ValueDependentOp", "__version__", "cached_bytes", "causal_lm",
+           "empty_cache", "function", "generate", "get_num_threads", "host_read_count",
+           "launch_count", "module", "nn", "op", "opaque", "optim", "set_num_threads", "to_ms",
+           "to_torch"]

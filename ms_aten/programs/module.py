@@ -13,6 +13,7 @@ from torch.export import ExportedProgram
 from ..native.convert import to_ms, to_torch
 from .base import Signature
 from .capture.export import DynamicShapes, example_like, export
+from .capture.opaque import regions_in
 from .capture.structure import Inputs, Node, output_nodes
 from .compile.compiled import CompileOptions, compile_exported, start_vector_isa_probe
 from .lowering.program import Program, build
@@ -99,6 +100,7 @@ class TorchModule(ProgramCell):
                             if id(t) in by_tensor}
         self._weight_shapes = [list(p.shape) for p in self.weights]
         self._functions: dict[Capture, tuple[AtenFunction, tuple[Node, ...]]] = {}
+        self._opaque: dict[str, None] = {}  # names of the opaque regions, in order
         self._autocast: torch.dtype | None = None
         # Each submodule's mode in the Cell's train mode: as the tree is now when its root is in
         # train mode, else torch's model.train() (every module in train mode).
@@ -145,6 +147,8 @@ class TorchModule(ProgramCell):
             else:
                 module.forward = forward
         self._rewrite(exported)
+        # The opaque torch calls of every capture, for repr (capture/opaque.py).
+        self._opaque.update(dict.fromkeys(r.name for r in regions_in(exported.graph_module)))
         compiled = None
         if self._compile is not None:
             training = training if self._compile.training is None else self._compile.training
@@ -223,8 +227,9 @@ class TorchModule(ProgramCell):
         modes = ", ".join(f"{name}: {'train' if mode else 'eval'}" for name, mode in tree.items()
                           if name and mode != tree[name.rpartition(".")[0]])
         mode = "train" if self.training else "eval"
-        return (f"{super().extend_repr()}\nmode: {mode}{f' ({modes})' if modes else ''}\n"
-                f"{self._torch_module!r}")
+        regions = "".join(f"\nopaque torch call: {name}" for name in self._opaque)
+        return (f"{super().extend_repr()}\nmode: {mode}{f' ({modes})' if modes else ''}"
+                f"{regions}\n{self._torch_module!r}")
 
     def construct(self, *args, **kwargs):
         return self._outputs(call(self._function, self.weights, self._leaves(args, kwargs)), kwargs)

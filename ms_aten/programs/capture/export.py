@@ -2,21 +2,31 @@
 (lowering/program.py), with the user's subgraph replacements applied (rewrite.py)."""
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import UnsupportedOperatorException
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    UnsupportedOperatorException,
+)
 from torch.export import ExportedProgram
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.utils import _pytree as pytree
 
 from ...ops.schema import missing_meta_kernel
 from ..base import CaptureError, Signature
-from . import autograd_constructs, rewrite
+from . import autograd_constructs, opaque, partition, rewrite
 
 # The FutureWarning every torch.export of torch 2.13 prints from its own code.
 _TORCH_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+# What torch.export raises for a branch or a size that depends on tensor values.
+_DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
+                   DynamicOutputShapeException)
 
 # torch.export's dynamic_shapes: one spec per input (a dict {dim: Dim}, a tuple of per-dim
 # Dims, or None; nested as the input nests), or a dict of them by argument name.
@@ -42,7 +52,7 @@ def export(module: torch.nn.Module, example_inputs: tuple, name: str,
            dynamic_shapes: DynamicShapes = None, replace: Sequence = (),
            kwargs: Mapping[str, Any] | None = None,
            strict: bool | None = None, *,
-           differentiable: bool = True) -> tuple[ExportedProgram, bool]:
+           differentiable: bool = True) -> tuple[ExportedProgram, bool | None]:
     """torch.export of `module`, functionalized, with high-level ATen ops kept (an empty
     decomposition table keeps linear, layer_norm, scaled_dot_product_attention: their CPU
     kernels are faster than their decompositions); CaptureError carries torch's reason. Each
@@ -51,12 +61,15 @@ def export(module: torch.nn.Module, example_inputs: tuple, name: str,
     them.
 
     strict: torch.export's argument (True traces with TorchDynamo, False with Python); None
-    tries non-strict, then strict. Returns the program and the strictness that captured it,
-    which a later capture of the same module (another shape, the other mode) reuses.
+    tries non-strict, then strict, then runs the smallest parts torch.export refuses as opaque
+    torch calls (partition.py, opaque.py; an OpaqueWarning names each). Returns the program and
+    the strictness that captured it (None for that last route), which a later capture of the
+    same module (another shape, the other mode) reuses.
     `differentiable=False`: the program never serves a gradient, so a custom autograd.Function
     whose forward a strict capture inlines is kept (its backward is never needed)."""
     exported, strict = _export(module, example_inputs, name, dynamic_shapes, kwargs, strict,
                                differentiable)
+    opaque.warn(exported.graph_module, stacklevel=4)
     if replace:
         rewrite.apply(exported, replace, name,
                       lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what)[0])
@@ -67,7 +80,7 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
             dynamic_shapes: DynamicShapes = None,
             kwargs: Mapping[str, Any] | None = None,
             strict: bool | None = None,
-            differentiable: bool = True) -> tuple[ExportedProgram, bool]:
+            differentiable: bool = True) -> tuple[ExportedProgram, bool | None]:
     # A view as example input (tokens[:, :-1]) makes torch.export guard on its base's sizes,
     # which its own run_decompositions cannot evaluate once the sizes are symbolic.
     inputs, keywords = pytree.tree_map_only(
@@ -76,33 +89,90 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
     errors: list[Exception] = []
     # Non-strict first: it runs the module's Python as is, and is faster. Strict (TorchDynamo)
     # captures some modules non-strict cannot: transformers' static KV cache, whose in-place
-    # cache writes fail non-strict's run_decompositions.
+    # cache writes fail non-strict's run_decompositions; not what non-strict refused for a
+    # value (a branch, a size from .item()), which strict refuses too.
     for attempt in (False, True) if strict is None else (strict,):
+        if attempt and errors and _data_dependent(errors[0]):
+            continue
         try:
-            with warnings.catch_warnings():
-                # torch 2.13's export copies its own pytree specs through a deprecated check.
-                warnings.filterwarnings("ignore", _TORCH_DEPRECATION, FutureWarning)
-                with autograd_constructs.capturing(module, name, attempt):
-                    exported = torch.export.export(module, inputs, keywords,
-                                                   dynamic_shapes=dynamic_shapes, strict=attempt)
-                if attempt and differentiable:
-                    autograd_constructs.refuse_traced_functions(exported.graph_module, name)
-                autograd_constructs.keep_grad_regions(exported.graph_module)
-                return exported.run_decompositions({}), attempt
+            return _once(module, inputs, keywords, dynamic_shapes, attempt, differentiable,
+                         name), attempt
         except CaptureError:
             raise  # a construct refused by name: strict would not keep it either
         except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
-            refused = error.__cause__ or error.__context__
-            if isinstance(refused, CaptureError):  # torch.export wrapped a refusal
-                raise refused from None
             errors.append(error)
     failed, *retried = errors
     text = _reason(failed)
+    if strict is None and not _missing_meta_kernel(failed):
+        # What torch.export refuses runs as opaque torch calls (opaque.py), the rest captured;
+        # a later capture (another shape or mode) searches again (strictness None).
+        return _partitioned(module, inputs, keywords, dynamic_shapes, differentiable, name,
+                            text), None
     if retried:  # strict=None: strict's reason follows non-strict's, given once if they agree
         again = _reason(retried[0])
         text += (" (non-strict and strict alike)" if again == text else
                  f"\n(that was non-strict; strict: {again})")
     raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}") from failed
+
+
+def _once(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],
+          dynamic_shapes: DynamicShapes, strict: bool, differentiable: bool, name: str,
+          regions: Mapping[str, str] | None = None,
+          recorded: opaque.Recording | None = None, prefix: str = "") -> ExportedProgram:
+    """One torch.export, with the submodules named in `regions` (and functions marked with
+    ms_aten.opaque) as opaque nodes; torch's error as it raised it."""
+    with contextlib.ExitStack() as stack:
+        # torch 2.13's export copies its own pytree specs through a deprecated check.
+        stack.enter_context(warnings.catch_warnings())
+        warnings.filterwarnings("ignore", _TORCH_DEPRECATION, FutureWarning)
+        stack.enter_context(autograd_constructs.capturing(module, name, strict))
+        if not strict:
+            stack.enter_context(opaque.marking())
+            stack.enter_context(opaque.submodules_opaque(module, name, regions or {}, prefix))
+            if recorded is not None:
+                recorded.seen.clear()
+                stack.enter_context(opaque.recording(recorded))
+        try:
+            exported = torch.export.export(module, tuple(inputs), dict(keywords),
+                                           dynamic_shapes=dynamic_shapes, strict=strict)
+        except Exception as error:
+            refused = error.__cause__ or error.__context__
+            if isinstance(refused, CaptureError):  # torch.export wrapped a refusal
+                raise refused from None
+            raise
+    if strict and differentiable:
+        autograd_constructs.refuse_traced_functions(exported.graph_module, name)
+    autograd_constructs.keep_grad_regions(exported.graph_module)
+    return exported.run_decompositions({})
+
+
+def _partitioned(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],
+                 dynamic_shapes: DynamicShapes, differentiable: bool, name: str,
+                 reason: str) -> ExportedProgram:
+    """The capture with the smallest parts torch.export refuses as opaque nodes
+    (partition.py)."""
+    def exporter(sub, args, kwargs, regions, recorded, prefix):
+        _once(sub, args, kwargs, None, False, differentiable, name, regions, recorded, prefix)
+
+    regions, recorded = partition.smallest(module, inputs, keywords, reason, exporter)
+    try:
+        return _once(module, inputs, keywords, dynamic_shapes, False, differentiable, name,
+                     regions, recorded)
+    except CaptureError:
+        raise
+    except Exception as error:  # noqa: BLE001
+        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {reason}; with "
+                           f"{', '.join(repr(p) for p in regions)} as opaque torch calls "
+                           f"still: {_reason(error)}") from error
+
+
+def _data_dependent(error: BaseException | None) -> bool:
+    """Whether torch.export refused a value-dependent branch or size."""
+    while error is not None:
+        if isinstance(error, _DATA_DEPENDENT):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _reason(error: BaseException) -> str:

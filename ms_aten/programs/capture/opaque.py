@@ -1,0 +1,508 @@
+"""What torch.export refuses, run as an opaque torch call inside the program.
+
+A region (a submodule torch.export refuses, found by partition.py, or a function the user marks
+with `ms_aten.opaque`) becomes one node, `ms_aten_opaque::call(key, tensors)`, whose tensors are
+the region's weights (its module's parameters and buffers, so their gradients reach the Cell's
+Parameters) and then its tensor arguments. At run time the node's Autograd kernel runs the
+region's Python as torch eager with grad enabled, its weights substituted
+(torch.nn.utils.stateless), so torch autograd records what it did and the program's VJPs (first
+and second order) differentiate through that graph. A region that draws random numbers is
+`call_random`, tagged as torch tags random ops, so the program carries the RNG state a
+recomputing VJP replays. Buffers the region writes are written to copies that the node returns,
+and the captured graph copies them into the buffers (a buffer update the program keeps).
+
+Shapes: tracing runs the region on the capture's fake tensors; where that fails (a branch on a
+value, a size from `.item()`), the shapes of a real run (partition.py's recording) are used, and
+the node checks at every call that its outputs still have them (a size that depends on values
+and changed is an error naming the region, never a wrong shape).
+
+Refused by name: a region that writes its inputs in place, writes a parameter, or returns
+something other than tensors (and None).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+from torch.nn.utils.stateless import _reparametrize_module
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+from ..base import CaptureError
+
+NAMESPACE = "ms_aten_opaque"
+_LIBRARY = torch.library.Library(NAMESPACE, "DEF")
+_LIBRARY.define("call(int key, Tensor[] tensors) -> Tensor[]")
+_LIBRARY.define("call_random(int key, Tensor[] tensors) -> Tensor[]",
+                tags=(torch.Tag.nondeterministic_seeded,))
+
+
+class OpaqueWarning(UserWarning):
+    """A part of a model runs as an opaque torch call (torch eager, torch autograd) inside its
+    program: torch.export refused it, or the user marked it with ms_aten.opaque."""
+
+
+Meta = tuple[tuple[int, ...], torch.dtype]  # an output's shape and dtype
+
+
+@dataclass
+class Region:
+    """One opaque call site: the code it runs and how its node's tensors map onto it."""
+
+    name: str  # what warnings, errors and repr show: "Net.loss (CTCLoss)"
+    reason: str  # why it is opaque: torch.export's words, or the user's marker
+    function: Callable  # the region's code, called with its arguments
+    module: torch.nn.Module | None  # whose weights come first among the node's tensors
+    weight_names: tuple[str, ...]
+    # Per tensor (weights, then arguments): whether it requires grad in torch eager (a
+    # parameter, a value computed from one), for a region that differentiates inside.
+    requires_grad: tuple[bool, ...]
+    spec: pytree.TreeSpec  # of (args, kwargs)
+    constants: tuple[Any, ...]  # the leaves, None where a tensor goes
+    tensor_leaves: tuple[int, ...]
+    out_spec: pytree.TreeSpec | None = None
+    out_tensors: tuple[int, ...] = ()  # the outputs' leaves that are tensors (others None)
+    written: tuple[int, ...] = ()  # the buffers (weight indices) it writes, returned after
+    needs_grad: bool = False  # it differentiates inside (torch.autograd.grad)
+    random: bool = False
+    fixed: list[Meta] | None = None  # shapes of a real run, where the fake run failed
+    # The outputs' shapes (symbolic where the capture's are) and dtypes, as the capture's run
+    # gave them: tracing the node again (run_decompositions) gives them where the region
+    # cannot run without autograd.
+    metas: list[Meta] = field(default_factory=list)
+
+    def _run(self, tensors: list[torch.Tensor]) -> tuple[Any, list[torch.Tensor]]:
+        n = len(self.weight_names)
+        weights = [w.clone() if i in self.written else w for i, w in enumerate(tensors[:n])]
+        leaves = list(self.constants)
+        for position, tensor in zip(self.tensor_leaves, tensors[n:], strict=True):
+            leaves[position] = tensor
+        args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        with _running():
+            if self.module is None:
+                return self.function(*args, **kwargs), weights
+            with _reparametrize_module(self.module, dict(zip(self.weight_names, weights,
+                                                              strict=True)), tie_weights=True):
+                return self.function(*args, **kwargs), weights
+
+    def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The region run as torch eager: its output tensors, then the buffers it wrote."""
+        if self.needs_grad:  # as in torch eager, whatever the caller differentiates
+            tensors = [t.detach().requires_grad_() if wanted and not t.requires_grad else t
+                       for t, wanted in zip(tensors, self.requires_grad, strict=True)]
+        out, weights = self._run(tensors)
+        leaves = pytree.tree_leaves(out)
+        outputs = [leaves[i] for i in self.out_tensors] + [weights[i] for i in self.written]
+        memory = {t.untyped_storage().data_ptr() for t in tensors}
+        # The op's schema is functional: an output that shares an input's memory is a copy.
+        outputs = [o.clone() if o.untyped_storage().data_ptr() in memory else o for o in outputs]
+        if self.fixed is not None:
+            for o, (shape, _) in zip(outputs, self.fixed, strict=True):
+                if tuple(o.shape) != shape:
+                    raise RuntimeError(
+                        f"ms_aten: opaque region {self.name} returned shape {list(o.shape)} "
+                        f"where its capture's run gave {list(shape)}: its output size depends "
+                        f"on values (the capture could only take it from one run); make the "
+                        f"size depend on input sizes only, or capture it again for this input")
+        return outputs
+
+
+# Every region a capture made, by the key its node carries (a node outlives its capture).
+_REGIONS: dict[int, Region] = {}
+_KEYS = itertools.count()
+_STATE = threading.local()  # .running: inside a region's torch eager run; .record: partition's
+
+
+@contextlib.contextmanager
+def _running() -> Iterator[None]:
+    before = getattr(_STATE, "running", False)
+    _STATE.running = True
+    try:
+        yield
+    finally:
+        _STATE.running = before
+
+
+def _tracing(tensors: list[torch.Tensor]) -> bool:
+    return _get_current_dispatch_mode() is not None or any(
+        isinstance(t, FakeTensor | FunctionalTensor) for t in tensors)
+
+
+def _op(region: Region) -> torch._ops.OpOverloadPacket:
+    return torch.ops.ms_aten_opaque.call_random if region.random else torch.ops.ms_aten_opaque.call
+
+
+def _autograd_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    region = _REGIONS[key]
+    if _tracing(tensors):
+        with torch._C._AutoDispatchBelowAutograd():
+            return _op(region)(key, tensors)
+    # As torch eager runs it: grad on, so torch autograd records the region for the VJP.
+    with torch.enable_grad():
+        return region(tensors)
+
+
+def _backend_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    # Below autograd (inference): nothing is recorded, but a region that differentiates inside
+    # (a gradient penalty) needs autograd, outside inference mode, on copies of its inputs.
+    region = _REGIONS[key]
+    if not region.needs_grad:
+        with torch.no_grad():
+            return region(tensors)
+    with torch.inference_mode(False), torch.enable_grad():
+        outputs = region([t.clone() for t in tensors])
+    return [o.detach() for o in outputs]
+
+
+def _fake(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    region = _REGIONS[key]
+    if region.fixed is not None or region.needs_grad:
+        return [torch.empty(shape, dtype=dtype) for shape, dtype in region.metas]
+    with torch.no_grad():
+        return [o.clone() for o in region(tensors)]
+
+
+for _name in ("call", "call_random"):
+    _LIBRARY.impl(_name, _autograd_kernel, "Autograd")
+    _LIBRARY.impl(_name, _backend_kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{NAMESPACE}::{_name}", _fake, lib=_LIBRARY)
+
+
+class _Probe(TorchDispatchMode):
+    """Whether the ops under it draw random numbers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.random = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            self.random = True
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class Recording:
+    """What partition.py's one eager run of the model saw: each region site's outputs (shapes
+    and dtypes, per call in order), whether it drew random numbers or differentiated inside,
+    and the buffers it wrote."""
+
+    outputs: dict[str, list[Returned]] = field(default_factory=dict)
+    random: set[str] = field(default_factory=set)
+    needs_grad: set[str] = field(default_factory=set)
+    written: dict[str, set[str]] = field(default_factory=dict)  # buffers written, by name
+    writes_input: set[str] = field(default_factory=set)
+    seen: dict[str, int] = field(default_factory=dict)  # calls traced so far, per site
+
+
+@dataclass(frozen=True)
+class Returned:
+    """What one real call of a region returned: its structure and its tensors' shapes."""
+
+    spec: pytree.TreeSpec
+    leaves: tuple[Meta | type, ...]  # a tensor's shape and dtype, else the leaf's type
+
+    @staticmethod
+    def of(out: Any) -> Returned:
+        leaves, spec = pytree.tree_flatten(out)
+        return Returned(spec, tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor)
+                                    else type(t) for t in leaves))
+
+
+@contextlib.contextmanager
+def recording(record: Recording) -> Iterator[None]:
+    """Marked functions called in this block (an eager run) note what they return."""
+    before = getattr(_STATE, "record", None)
+    _STATE.record = record
+    try:
+        yield
+    finally:
+        _STATE.record = before
+
+
+@contextlib.contextmanager
+def counting_grad() -> Iterator[list[int]]:
+    """How often the code in this block differentiates (torch.autograd.grad or backward)."""
+    calls = [0]
+    grad, backward = torch.autograd.grad, torch.autograd.backward
+
+    def counted(original):
+        @functools.wraps(original)
+        def call(*args, **kwargs):
+            calls[0] += 1
+            return original(*args, **kwargs)
+        return call
+
+    torch.autograd.grad, torch.autograd.backward = counted(grad), counted(backward)
+    try:
+        yield calls
+    finally:
+        torch.autograd.grad, torch.autograd.backward = grad, backward
+
+
+def versions(module: torch.nn.Module | None, args: Any) -> tuple[dict[str, int], list[int]]:
+    """The version counters of a module's buffers (by name) and of the tensors in `args`."""
+    buffers = {} if module is None else {n: b._version for n, b in module.named_buffers()}
+    return buffers, [t._version for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)]
+
+
+def note(record: Recording, site: str, out: Any, rng_state: torch.Tensor, grads: int,
+         module: torch.nn.Module | None, args: Any,
+         before: tuple[dict[str, int], list[int]]) -> None:
+    """One eager call of a region site, ended: what it returned, whether it drew random
+    numbers (torch's RNG state moved since `rng_state`), differentiated (`grads` calls), or
+    wrote its module's buffers or its arguments (their versions moved since `before`)."""
+    record.outputs.setdefault(site, []).append(Returned.of(out))
+    buffers, inputs = versions(module, args)
+    record.written.setdefault(site, set()).update(
+        n for n, v in buffers.items() if before[0].get(n, v) != v)
+    if inputs != before[1]:
+        record.writes_input.add(site)
+    if not torch.equal(rng_state, torch.random.get_rng_state()):
+        record.random.add(site)
+    if grads:
+        record.needs_grad.add(site)
+
+
+def _record_call(site: str, record: Recording, module: torch.nn.Module | None, args: Any,
+                 call: Callable[[], Any]) -> Any:
+    state, before = torch.random.get_rng_state(), versions(module, args)
+    with counting_grad() as grads:
+        out = call()
+    note(record, site, out, state, grads[0], module, args, before)
+    return out
+
+
+def _parameters(module: torch.nn.Module | None) -> set[str]:
+    return set() if module is None else {n for n, _ in module.named_parameters()}
+
+
+def _weights(module: torch.nn.Module | None) -> list[tuple[str, torch.Tensor, bool]]:
+    if module is None:
+        return []
+    return [*((n, p, p.requires_grad) for n, p in module.named_parameters()),
+            *((n, b, False) for n, b in module.named_buffers())]
+
+
+def call_region(site: str, name: str, reason: str, function: Callable,
+                module: torch.nn.Module | None, args: tuple, kwargs: Mapping[str, Any]) -> Any:
+    """While torch.export traces: the region called as one node (its outputs as the code
+    returns them); checked first by a run on the capture's fake tensors, out of the graph."""
+    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
+    for leaf in leaves:
+        if isinstance(leaf, torch.nn.Module):
+            raise CaptureError(f"ms_aten: opaque region {name} takes the module "
+                               f"{type(leaf).__name__} as an argument: its weights would be "
+                               f"torch's, not the Cell's Parameters; mark a method of the "
+                               f"module instead")
+    weights = _weights(module)
+    tensors = [w for _, w, _ in weights] + [leaves[i] for i in positions]
+    region = Region(name, reason, function, module, tuple(n for n, _, _ in weights),
+                    tuple(t for _, _, t in weights) + tuple(
+                        leaves[i].requires_grad and leaves[i].is_floating_point()
+                        for i in positions), spec,
+                    tuple(None if i in positions else leaf for i, leaf in enumerate(leaves)),
+                    positions)
+    record = getattr(_STATE, "record", None)
+    out = _probe(region, tensors)
+    if out is None:  # the fake run failed: a real run's shapes
+        calls = record.outputs.get(site) if isinstance(record, Recording) else None
+        index = record.seen.get(site, 0) if isinstance(record, Recording) else 0
+        if not calls or index >= len(calls):
+            raise _Unshaped(name)
+        assert isinstance(record, Recording)
+        record.seen[site] = index + 1
+        returned = calls[index]
+        _check_outputs(region, returned.spec, returned.leaves)
+        if site in record.writes_input:
+            raise CaptureError(_WRITES_INPUT.format(region.name))
+        written = record.written.get(site, set())
+        if written & _parameters(module):
+            raise CaptureError(_WRITES_PARAMETER.format(region.name, min(written)))
+        region.written = tuple(i for i, n in enumerate(region.weight_names) if n in written)
+        region.fixed = region.metas = [m for m in returned.leaves if isinstance(m, tuple)] + [
+            (tuple(tensors[i].shape), tensors[i].dtype) for i in region.written]
+        region.random = site in record.random
+        region.needs_grad = site in record.needs_grad
+    key = next(_KEYS)
+    _REGIONS[key] = region
+    outputs = _op(region)(key, tensors)
+    for i in region.written:  # the buffer's update, as the captured graph keeps it
+        weights[i][1].copy_(outputs[len(outputs) - len(region.written) + region.written.index(i)])
+    results = outputs[:len(outputs) - len(region.written)]
+    assert region.out_spec is not None
+    leaves_out: list[Any] = [None] * region.out_spec.num_leaves
+    for position, tensor in zip(region.out_tensors, results, strict=True):
+        leaves_out[position] = tensor
+    return pytree.tree_unflatten(leaves_out, region.out_spec)
+
+
+_WRITES_INPUT = ("ms_aten: opaque region {} writes its input in place; the program passes "
+                 "values between its nodes, so the caller would not see the write: return the "
+                 "new value instead")
+_WRITES_PARAMETER = ("ms_aten: opaque region {} writes its parameter {} in place; a program's "
+                     "Parameters change only by the optimizer")
+
+
+class _Unshaped(Exception):  # noqa: N818  (caught by partition.py: record, then capture again)
+    """A region whose fake run failed, before any real run gave its shapes."""
+
+
+def _probe(region: Region, tensors: list[torch.Tensor]) -> Any:
+    """The region run once on (copies of) the capture's fake tensors, kept out of the graph:
+    its output structure, random draws, in-place writes; refused by name where a node cannot
+    keep it. None where the fake run fails (a size or a branch from values)."""
+    copies = [t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
+    versions = [t._version for t in copies]
+    fake_mode = torch._guards.detect_fake_mode(tensors)
+    shape_env = getattr(fake_mode, "shape_env", None)
+    probe = _Probe()
+    try:
+        with disable_proxy_modes_tracing(), torch.enable_grad(), probe, counting_grad() as grads, \
+                shape_env.ignore_fresh_unbacked_symbols() if shape_env is not None \
+                else contextlib.nullcontext():
+            out = region._run(copies)[0]
+    except CaptureError:
+        raise
+    except Exception:  # noqa: BLE001  (data-dependent: shapes from a real run instead)
+        return None
+    region.random, region.needs_grad = probe.random, bool(grads[0])
+    n = len(region.weight_names)
+    changed = [i for i, (t, v) in enumerate(zip(copies, versions, strict=True)) if t._version != v]
+    for i in changed:
+        if i >= n:
+            raise CaptureError(_WRITES_INPUT.format(region.name))
+        if region.weight_names[i] in _parameters(region.module):
+            raise CaptureError(_WRITES_PARAMETER.format(region.name, region.weight_names[i]))
+    region.written = tuple(changed)
+    leaves, spec = pytree.tree_flatten(out)
+    region.metas = [(tuple(t.shape), t.dtype) for t in leaves if isinstance(t, torch.Tensor)]
+    region.metas += [(tuple(copies[i].shape), copies[i].dtype) for i in changed]
+    _check_outputs(region, spec, tuple(leaf if isinstance(leaf, torch.Tensor) else type(leaf)
+                                       for leaf in leaves))
+    return out
+
+
+def _check_outputs(region: Region, spec: pytree.TreeSpec, leaves: tuple[Any, ...]) -> None:
+    """The region's output structure (`leaves`: its tensors, or the others' types), or a
+    CaptureError naming what it returns that is neither a tensor nor None."""
+    region.out_spec = spec
+    bad = [leaf.__name__ for leaf in leaves if isinstance(leaf, type) and leaf is not type(None)]
+    if bad:
+        raise CaptureError(f"ms_aten: opaque region {region.name} returns a {bad[0]}, which the "
+                           f"program cannot pass on (it runs before the rest, which would see "
+                           f"the capture's value): return tensors")
+    region.out_tensors = tuple(i for i, leaf in enumerate(leaves) if not isinstance(leaf, type))
+    if not region.out_tensors:
+        raise CaptureError(f"ms_aten: opaque region {region.name} returns no tensor")
+
+
+def capturing_marked() -> bool:
+    """Whether a marked function called now is traced by a capture (not in a region's run)."""
+    return getattr(_STATE, "capturing", False) and not getattr(_STATE, "running", False)
+
+
+@contextlib.contextmanager
+def marking() -> Iterator[None]:
+    """torch.export in this block makes each call of a marked function one node."""
+    before = getattr(_STATE, "capturing", False)
+    _STATE.capturing = True
+    try:
+        yield
+    finally:
+        _STATE.capturing = before
+
+
+def opaque(function: Callable) -> Callable:
+    """Marks a function (or a module's method) to run as one opaque torch call inside an
+    ms_aten program: torch eager forward, torch autograd backward (second order included),
+    named in an OpaqueWarning at capture. Called outside a capture it is the function itself.
+    A method's module weights are passed in, so their gradients reach the Cell's Parameters."""
+    name = getattr(function, "__qualname__", repr(function))
+    site = f"marked:{function.__module__}.{name}"
+
+    @functools.wraps(function)
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        record = getattr(_STATE, "record", None)
+        if not capturing_marked():
+            if isinstance(record, Recording) and not getattr(_STATE, "running", False):
+                module = args[0] if args and isinstance(args[0], torch.nn.Module) else None
+                return _record_call(site, record, module, (args[1:] if module else args, kwargs),
+                                    lambda: function(*args, **kwargs))
+            return function(*args, **kwargs)
+        if args and isinstance(args[0], torch.nn.Module):  # a method: its module's weights
+            module, rest = args[0], args[1:]
+            return call_region(site, name, "marked with ms_aten.opaque",
+                               functools.partial(function, module), module, rest, kwargs)
+        return call_region(site, name, "marked with ms_aten.opaque", function, None, args,
+                           kwargs)
+
+    return marked
+
+
+@contextlib.contextmanager
+def submodules_opaque(root: torch.nn.Module, root_name: str, reasons: Mapping[str, str],
+                      prefix: str = "") -> Iterator[None]:
+    """torch.export in this block calls each submodule named in `reasons` (torch's dotted
+    path under `root`, "" the root) as one node, its reason the one torch.export gave;
+    `prefix`: root's own path in the recorded model."""
+    patched = []
+    for path, reason in reasons.items():
+        module = root.get_submodule(path)
+        original = module.__dict__.get("forward")
+        forward = module.forward
+        label = f"{root_name}.{path} ({type(module).__name__})" if path else \
+            f"{root_name} (its whole forward)"
+        site = f"module:{prefix}{path}".rstrip(".")
+
+        def region_forward(*args, _forward=forward, _label=label, _reason=reason,
+                           _module=module, _site=site, **kwargs):
+            if getattr(_STATE, "running", False):
+                return _forward(*args, **kwargs)
+            return call_region(_site, _label, _reason, _forward, _module, args, kwargs)
+
+        functools.update_wrapper(region_forward, forward)
+        module.forward = region_forward
+        patched.append((module, original))
+    try:
+        yield
+    finally:
+        for module, original in patched:
+            if original is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = original
+
+
+def is_opaque_node(target: Any) -> bool:
+    return target in (torch.ops.ms_aten_opaque.call.default,
+                      torch.ops.ms_aten_opaque.call_random.default)
+
+
+def regions_in(gm: torch.fx.GraphModule) -> list[Region]:
+    """The regions a graph calls, each once, in order."""
+    found: dict[str, Region] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and is_opaque_node(node.target):
+            region = _REGIONS[node.args[0]]
+            found.setdefault(region.name, region)
+    return list(found.values())
+
+
+def warn(gm: torch.fx.GraphModule, stacklevel: int) -> None:
+    """An OpaqueWarning per region of a captured graph."""
+    for region in regions_in(gm):
+        warnings.warn(f"ms_aten: {region.name} runs as an opaque torch call (torch eager "
+                      f"forward, torch autograd backward, Python at every call): "
+                      f"{region.reason}", OpaqueWarning, stacklevel=stacklevel)

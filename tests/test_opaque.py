@@ -1,0 +1,388 @@
+"""What torch.export refuses runs as an opaque torch call inside the program (capture/opaque.py,
+capture/partition.py): each row of issue 55's table captured with one input and called with
+inputs that take another branch or loop count, value and every gradient (inputs and
+parameters) against torch eager, both modes, each with its OpaqueWarning; refusals by name;
+training, second order and checkpoints."""
+from __future__ import annotations
+
+import copy
+import re
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from mindspore import nn
+from torch import nn as tnn
+
+import ms_aten
+
+from common import MODES, set_mode, to_ms, to_torch
+
+
+class Call(nn.Cell):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def construct(self, *inputs):
+        return self.net(*inputs)
+
+
+# -- the table's rows ----------------------------------------------------------------------------
+
+class Branch(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = tnn.Linear(4, 4)
+
+    def forward(self, h):
+        return torch.tanh(self.a(h)) if h.sum() > 0 else h * 2 + self.a.weight.sum()
+
+
+class Branches(tnn.Module):
+    """`if x.sum() > 0` inside a submodule: the submodule is the region, the rest captured."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = tnn.Linear(4, 4, bias=False)  # pre(-x) = -pre(x): x and -x take both branches
+        self.part = Branch()
+
+    def forward(self, x):
+        return (self.part(self.pre(x)) ** 2).sum()
+
+
+class Repeat(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = tnn.Linear(4, 4)
+
+    def forward(self, h, n):
+        for _ in range(int(n.item())):
+            h = torch.tanh(self.layer(h))
+        return h
+
+
+class Loop(tnn.Module):
+    """A loop whose count comes from `.item()`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = tnn.Linear(4, 4)
+        self.repeat = Repeat()
+
+    def forward(self, x, n):
+        return self.repeat(self.pre(x), n).pow(2).sum()
+
+
+class Gaussian(tnn.Module):
+    """torch.distributions.Normal(...).log_prob with validation, in the root's own forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mu = tnn.Linear(4, 4)
+        self.scale = tnn.Linear(4, 4)
+
+    def forward(self, x, y):
+        normal = torch.distributions.Normal(self.mu(x), F.softplus(self.scale(x)) + 0.1,
+                                            validate_args=True)
+        return -normal.log_prob(y).mean()
+
+
+class Penalty(tnn.Module):
+    """A gradient penalty with torch.autograd.grad(create_graph=True) inside forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = tnn.Linear(4, 8)
+        self.b = tnn.Linear(8, 1)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        out = self.b(h)
+        (g,) = torch.autograd.grad(out.sum(), h, create_graph=True)
+        return out.mean() + ((g.norm(dim=1) - 1) ** 2).mean()
+
+
+class MarkedPenalty(Penalty):
+    """The same penalty, marked as the opaque region by the user."""
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        return self.b(h).mean() + self.penalty(h)
+
+    @ms_aten.opaque
+    def penalty(self, h):
+        (g,) = torch.autograd.grad(self.b(h).sum(), h, create_graph=True)
+        return ((g.norm(dim=1) - 1) ** 2).mean()
+
+
+class CTC(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = tnn.Linear(4, 5)
+        self.loss = tnn.CTCLoss()
+
+    def forward(self, x, targets, input_lengths, target_lengths):
+        return self.loss(self.proj(x).log_softmax(-1), targets, input_lengths, target_lengths)
+
+
+class GaussianNLL(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.mu = tnn.Linear(4, 3)
+        self.var = tnn.Linear(4, 3)
+        self.loss = tnn.GaussianNLLLoss()
+
+    def forward(self, x, y):
+        return self.loss(self.mu(x), y, F.softplus(self.var(x)) + 0.01)
+
+
+def _randn(*shape: int, seed: int) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+
+
+X = _randn(3, 4, seed=1)
+_CTC_X = _randn(6, 2, 4, seed=2)
+# name: (module, the capture's inputs, inputs that take another branch / count / value,
+# the region the warning names, torch.export's words in it)
+ROWS = {
+    "branch": (Branches, (X,), [(-X,)], "Branches.part (Branch)", "GuardOnDataDependentSymNode"),
+    "item_loop": (Loop, (X, torch.tensor(2)), [(X, torch.tensor(3)), (-X, torch.tensor(0))],
+                  "Loop.repeat (Repeat)", "GuardOnDataDependentSymNode"),
+    "normal_log_prob": (Gaussian, (X, _randn(3, 4, seed=3)), [(-X, _randn(3, 4, seed=4))],
+                        "Gaussian (its whole forward)", "GuardOnDataDependentSymNode"),
+    "gradient_penalty": (Penalty, (X,), [(X * 3,)], "Penalty (its whole forward)", ""),
+    "marked_penalty": (MarkedPenalty, (X,), [(X * 3,)], "MarkedPenalty.penalty",
+                       "marked with ms_aten.opaque"),
+    "ctc_loss": (CTC, (_CTC_X, torch.tensor([[1, 2, 3], [2, 2, 0]]), torch.tensor([6, 5]),
+                       torch.tensor([3, 2])),
+                 [(-_CTC_X, torch.tensor([[4, 1, 4], [3, 1, 2]]), torch.tensor([5, 6]),
+                   torch.tensor([1, 3]))], "CTC.loss (CTCLoss)", "DynamicOutputShapeException"),
+    "gaussian_nll": (GaussianNLL, (X, _randn(3, 3, seed=5)), [(-X, _randn(3, 3, seed=6))],
+                     "GaussianNLL.loss (GaussianNLLLoss)", "GuardOnDataDependentSymNode"),
+}
+
+
+@pytest.fixture(scope="module", params=list(ROWS))
+def row(request):
+    """One capture per row, shared by both modes: the Cell, the torch module, the inputs."""
+    make, example, others, region, words = ROWS[request.param]
+    torch.manual_seed(0)
+    module = make()
+    with pytest.warns(ms_aten.OpaqueWarning) as caught:
+        cell = ms_aten.module(copy.deepcopy(module), example)
+    messages = [str(w.message) for w in caught if issubclass(w.category, ms_aten.OpaqueWarning)]
+    assert any(message.startswith(f"ms_aten: {region} runs as an opaque torch call")
+               and words in message for message in messages), messages
+    assert f"opaque torch call: {region}" in repr(cell)
+    return cell, module, [example, *others]
+
+
+def _torch_value_and_grads(module: tnn.Module, inputs: tuple):
+    leaves = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    module.zero_grad()
+    value = module(*leaves)
+    value.backward()
+    return (value.item(), [x.grad.numpy() for x in leaves if x.requires_grad],
+            {n: np.zeros(p.shape, np.float32) if p.grad is None else p.grad.numpy()
+             for n, p in module.named_parameters()})
+
+
+def assert_matches_torch(cell: ms_aten.TorchModule, module: tnn.Module, inputs: tuple) -> None:
+    """The value, each floating input's gradient and every parameter's, against torch eager."""
+    floating = tuple(i for i, x in enumerate(inputs) if x.is_floating_point())
+    value, (dx, grads) = ms.value_and_grad(Call(cell), floating, cell.trainable_params())(
+        *to_ms(inputs))
+    want, want_dx, want_grads = _torch_value_and_grads(module, inputs)
+    assert float(value) == pytest.approx(want, rel=1e-5, abs=1e-6)
+    dx = dx if isinstance(dx, tuple) else (dx,)
+    for got, expected in zip(dx, want_dx, strict=True):
+        np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-6)
+    for grad, param in zip(grads, cell.trainable_params(), strict=True):
+        np.testing.assert_allclose(grad.asnumpy(), want_grads[param.name.removeprefix("net.")], rtol=1e-5,
+                                   atol=1e-6, err_msg=param.name)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_each_row_matches_torch_on_every_branch(row, mode):
+    cell, module, calls = row
+    set_mode(mode)
+    for inputs in calls:
+        assert_matches_torch(cell, module, inputs)
+        # inference (nothing differentiates) too
+        assert float(Call(cell)(*to_ms(inputs))) == pytest.approx(module(*inputs).item(),
+                                                                  rel=1e-5, abs=1e-6)
+
+
+# -- refusals by name -----------------------------------------------------------------------------
+
+class WritesInput(tnn.Module):
+    def forward(self, h):
+        if h.sum() > 0:
+            h.mul_(2)
+        return h + 1
+
+
+class ReturnsANumber(tnn.Module):
+    def forward(self, h):
+        return h * 2, int(h.sum() > 0)
+
+
+class Holder(tnn.Module):
+    def __init__(self, part: tnn.Module) -> None:
+        super().__init__()
+        self.pre = tnn.Linear(4, 4)
+        self.part = part
+
+    def forward(self, x):
+        out = self.part(self.pre(x))
+        return out[0] * out[1] if isinstance(out, tuple) else out
+
+
+def test_a_region_that_writes_its_input_is_refused_by_name():
+    with pytest.raises(ms_aten.CaptureError, match=r"opaque region Holder.part \(WritesInput\) "
+                                                   r"writes its input in place"):
+        ms_aten.module(Holder(WritesInput()), (X,))
+
+
+def test_a_region_that_returns_a_number_is_refused_by_name():
+    with pytest.raises(ms_aten.CaptureError, match=r"opaque region Holder.part "
+                                                   r"\(ReturnsANumber\) returns a int"):
+        ms_aten.module(Holder(ReturnsANumber()), (X,))
+
+
+def test_strict_false_is_torch_exports_own_refusal():
+    with pytest.raises(ms_aten.CaptureError, match="torch.export cannot capture Branches: "
+                                                   "GuardOnDataDependentSymNode"):
+        ms_aten.module(Branches(), (X,), strict=False)
+
+
+# -- training, second order, checkpoints ---------------------------------------------------------
+
+def test_second_order_through_a_region_matches_torch(mode):
+    def f(x):
+        return torch.sin(x) ** 3 if x.sum() > 0 else torch.cos(x) ** 3
+
+    with pytest.warns(ms_aten.OpaqueWarning, match="its whole forward"):
+        function = ms_aten.function(f, (torch.randn(3),))
+    set_mode(mode)
+
+    class SumOf(nn.Cell):
+        def __init__(self, g):
+            super().__init__()
+            self.g = g
+
+        def construct(self, x):
+            return self.g(x).sum()
+
+    for x in (_randn(3, seed=7).abs(), -_randn(3, seed=7).abs()):
+        second = ms.grad(SumOf(ms.grad(SumOf(function))))(to_ms(x))
+        xt = x.clone().requires_grad_()
+        (first,) = torch.autograd.grad(f(xt).sum(), xt, create_graph=True)
+        (expected,) = torch.autograd.grad(first.sum(), xt)
+        np.testing.assert_allclose(second.asnumpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _train_ms(cell, inputs, steps, mode):
+    optimizer = nn.SGD(cell.trainable_params(), learning_rate=0.1)
+    grad_fn = ms.value_and_grad(Call(cell), None, optimizer.parameters)
+
+    def step(*xs):
+        loss, grads = grad_fn(*xs)
+        optimizer(grads)
+        return loss
+
+    if mode == "graph":
+        step = ms.jit(step)
+    return [float(step(*to_ms(inputs))) for _ in range(steps)]
+
+
+def _train_torch(module, inputs, steps):
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = module(*inputs)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("name", ["ctc_loss", "gaussian_nll", "gradient_penalty"])
+def test_training_with_mindsporess_optimizer_matches_torch(name, mode):
+    make, example, _, _, _ = ROWS[name]
+    torch.manual_seed(0)
+    module = make()
+    set_mode(mode)
+    with pytest.warns(ms_aten.OpaqueWarning):
+        cell = ms_aten.module(copy.deepcopy(module), example)
+    losses = _train_ms(cell, example, 5, mode)
+    expected = _train_torch(module, example, 5)
+    np.testing.assert_allclose(losses, expected, rtol=1e-4, atol=1e-5)
+    for key, value in cell.torch_state_dict().items():
+        np.testing.assert_allclose(value.numpy(), module.state_dict()[key].numpy(), rtol=1e-4,
+                                   atol=1e-5, err_msg=key)
+
+
+class Noisy(tnn.Module):
+    """A region that draws random numbers and writes a buffer (a running count)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = tnn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, h):
+        self.calls.add_(1)
+        noise = torch.randn_like(h) if h.sum() > 0 else torch.zeros_like(h)
+        return self.a(h + noise)
+
+
+def test_random_draws_and_buffer_writes_are_kept(mode):
+    torch.manual_seed(0)
+    module = Holder(Noisy())
+    with pytest.warns(ms_aten.OpaqueWarning, match=r"Holder.part \(Noisy\)"):
+        cell = ms_aten.module(copy.deepcopy(module), (X,))
+    assert "ms_aten_opaque::call_random" in cell.program.spec
+    set_mode(mode)
+    for _ in range(2):
+        torch.manual_seed(5)
+        got = to_torch(Call(cell)(to_ms(X)))
+        torch.manual_seed(5)
+        want = module(X)
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(cell.torch_state_dict()["part.calls"].numpy(), 2.0)
+
+
+def test_a_checkpoint_round_trips_a_model_with_a_region(tmp_path, mode):
+    torch.manual_seed(0)
+    module = GaussianNLL()
+    y = _randn(3, 3, seed=5)
+    set_mode(mode)
+    with pytest.warns(ms_aten.OpaqueWarning):
+        cell = ms_aten.module(copy.deepcopy(module), (X, y))
+    _train_ms(cell, (X, y), 2, mode)
+    path = str(tmp_path / "model.ckpt")
+    ms.save_checkpoint(cell, path)
+    torch.manual_seed(1)
+    with pytest.warns(ms_aten.OpaqueWarning):
+        other = ms_aten.module(GaussianNLL(), (X, y))
+    ms.load_param_into_net(other, ms.load_checkpoint(path))
+    assert float(Call(other)(*to_ms((X, y)))) == pytest.approx(float(Call(cell)(*to_ms((X, y)))),
+                                                              rel=1e-6)
+
+
+def test_a_value_dependent_output_size_that_changes_is_an_error_naming_the_region():
+    class Select(tnn.Module):
+        def forward(self, h):
+            return h[h > 0] if h.sum() > 0 else h.flatten()
+
+    with pytest.warns(ms_aten.OpaqueWarning):
+        cell = ms_aten.module(Holder(Select()), (X,))
+    set_mode("pynative")
+    with pytest.raises(RuntimeError, match=re.escape("opaque region Holder.part (Select) "
+                                                     "returned shape")):
+        Call(cell)(to_ms(-X * 7))

@@ -386,3 +386,30 @@ def test_a_value_dependent_output_size_that_changes_is_an_error_naming_the_regio
     with pytest.raises(RuntimeError, match=re.escape("opaque region Holder.part (Select) "
                                                      "returned shape")):
         Call(cell)(to_ms(-X * 7))
+
+
+def test_dynamic_shapes_reach_a_region(mode):
+    """The region's output size follows the dynamic batch (taken from a real run's sizes, which
+    equal the input's), in both branches."""
+    torch.manual_seed(0)
+    module = Branches()
+    batch = torch.export.Dim("batch", min=2, max=16)
+    with pytest.warns(ms_aten.OpaqueWarning, match=r"Branches.part \(Branch\)"):
+        cell = ms_aten.module(copy.deepcopy(module), (X,), dynamic_shapes=({0: batch},))
+    set_mode(mode)
+    for x in (_randn(5, 4, seed=8), -_randn(7, 4, seed=8)):
+        assert_matches_torch(cell, module, (x,))
+
+
+def test_compile_true_runs_a_program_with_a_region_interpreted(mode):
+    torch.manual_seed(0)
+    module = GaussianNLL()
+    y = _randn(3, 3, seed=5)
+    with pytest.warns(ms_aten.OpaqueWarning), \
+            pytest.warns(ms_aten.CompileWarning, match=r"compile=True runs it interpreted: "
+                                                       r"GaussianNLL.loss \(GaussianNLLLoss\) "
+                                                       r"runs as an opaque torch call"):
+        cell = ms_aten.module(copy.deepcopy(module), (X, y), compile=True)
+    assert cell.program.compiled is None
+    set_mode(mode)
+    assert_matches_torch(cell, module, (-X, y))

@@ -72,7 +72,8 @@ def export(module: torch.nn.Module, example_inputs: tuple, name: str,
     opaque.warn(exported.graph_module, stacklevel=4)
     if replace:
         rewrite.apply(exported, replace, name,
-                      lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what)[0])
+                      lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what,
+                                                       fallback=False)[0])
     return exported, strict
 
 
@@ -80,7 +81,8 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
             dynamic_shapes: DynamicShapes = None,
             kwargs: Mapping[str, Any] | None = None,
             strict: bool | None = None,
-            differentiable: bool = True) -> tuple[ExportedProgram, bool | None]:
+            differentiable: bool = True, *,
+            fallback: bool = True) -> tuple[ExportedProgram, bool | None]:
     # A view as example input (tokens[:, :-1]) makes torch.export guard on its base's sizes,
     # which its own run_decompositions cannot evaluate once the sizes are symbolic.
     inputs, keywords = pytree.tree_map_only(
@@ -102,16 +104,16 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
         except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
             errors.append(error)
     failed, *retried = errors
-    text = _reason(failed)
-    if strict is None and not _missing_meta_kernel(failed):
-        # What torch.export refuses runs as opaque torch calls (opaque.py), the rest captured;
-        # a later capture (another shape or mode) searches again (strictness None).
-        return _partitioned(module, inputs, keywords, dynamic_shapes, differentiable, name,
-                            text), None
+    reason, text = partition.first_line(failed), _reason(failed)
     if retried:  # strict=None: strict's reason follows non-strict's, given once if they agree
         again = _reason(retried[0])
         text += (" (non-strict and strict alike)" if again == text else
                  f"\n(that was non-strict; strict: {again})")
+    if fallback and strict is None and not _missing_meta_kernel(failed):
+        # What torch.export refuses runs as opaque torch calls (opaque.py), the rest captured;
+        # a later capture (another shape or mode) searches again (strictness None).
+        return _partitioned(module, inputs, keywords, dynamic_shapes, differentiable, name,
+                            reason, text), None
     raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}") from failed
 
 
@@ -148,20 +150,26 @@ def _once(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],
 
 def _partitioned(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],
                  dynamic_shapes: DynamicShapes, differentiable: bool, name: str,
-                 reason: str) -> ExportedProgram:
+                 reason: str, text: str) -> ExportedProgram:
     """The capture with the smallest parts torch.export refuses as opaque nodes
-    (partition.py)."""
+    (partition.py); `reason`: non-strict's refusal of the whole, `text`: every attempt's."""
     def exporter(sub, args, kwargs, regions, recorded, prefix):
         _once(sub, args, kwargs, None, False, differentiable, name, regions, recorded, prefix)
 
-    regions, recorded = partition.smallest(module, inputs, keywords, reason, exporter)
+    try:
+        regions, recorded = partition.smallest(module, inputs, keywords, reason, exporter)
+    except CaptureError:
+        raise
+    except Exception as error:  # noqa: BLE001  (the eager call itself failed)
+        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}; and torch "
+                           f"eager cannot run it on these inputs: {_reason(error)}") from error
     try:
         return _once(module, inputs, keywords, dynamic_shapes, False, differentiable, name,
                      regions, recorded)
     except CaptureError:
         raise
     except Exception as error:  # noqa: BLE001
-        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {reason}; with "
+        raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}; with "
                            f"{', '.join(repr(p) for p in regions)} as opaque torch calls "
                            f"still: {_reason(error)}") from error
 

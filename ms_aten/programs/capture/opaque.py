@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch._subclasses.functional_tensor import FunctionalTensor
-from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, get_proxy_mode
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
@@ -75,7 +75,9 @@ class Region:
     written: tuple[int, ...] = ()  # the buffers (weight indices) it writes, returned after
     needs_grad: bool = False  # it differentiates inside (torch.autograd.grad)
     random: bool = False
-    fixed: list[Meta] | None = None  # shapes of a real run, where the fake run failed
+    # Where the fake run failed: each output's sizes from a real run, a size as a number or as
+    # (tensor, dim), the size of one of the node's tensors that the capture keeps dynamic.
+    fixed: list[tuple[int | tuple[int, int], ...]] | None = None
     # The outputs' shapes (symbolic where the capture's are) and dtypes, as the capture's run
     # gave them: tracing the node again (run_decompositions) gives them where the region
     # cannot run without autograd.
@@ -107,8 +109,9 @@ class Region:
         # The op's schema is functional: an output that shares an input's memory is a copy.
         outputs = [o.clone() if o.untyped_storage().data_ptr() in memory else o for o in outputs]
         if self.fixed is not None:
-            for o, (shape, _) in zip(outputs, self.fixed, strict=True):
-                if tuple(o.shape) != shape:
+            for o, sizes in zip(outputs, self.fixed, strict=True):
+                shape = [n if isinstance(n, int) else tensors[n[0]].shape[n[1]] for n in sizes]
+                if list(o.shape) != shape:
                     raise RuntimeError(
                         f"ms_aten: opaque region {self.name} returned shape {list(o.shape)} "
                         f"where its capture's run gave {list(shape)}: its output size depends "
@@ -211,12 +214,15 @@ class Returned:
 
     spec: pytree.TreeSpec
     leaves: tuple[Meta | type, ...]  # a tensor's shape and dtype, else the leaf's type
+    inputs: tuple[tuple[int, ...], ...]  # the shapes of the tensors among its arguments
 
     @staticmethod
-    def of(out: Any) -> Returned:
+    def of(out: Any, args: Any) -> Returned:
         leaves, spec = pytree.tree_flatten(out)
         return Returned(spec, tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor)
-                                    else type(t) for t in leaves))
+                                    else type(t) for t in leaves),
+                        tuple(tuple(t.shape) for t in pytree.tree_leaves(args)
+                              if isinstance(t, torch.Tensor)))
 
 
 @contextlib.contextmanager
@@ -262,7 +268,7 @@ def note(record: Recording, site: str, out: Any, rng_state: torch.Tensor, grads:
     """One eager call of a region site, ended: what it returned, whether it drew random
     numbers (torch's RNG state moved since `rng_state`), differentiated (`grads` calls), or
     wrote its module's buffers or its arguments (their versions moved since `before`)."""
-    record.outputs.setdefault(site, []).append(Returned.of(out))
+    record.outputs.setdefault(site, []).append(Returned.of(out, args))
     buffers, inputs = versions(module, args)
     record.written.setdefault(site, set()).update(
         n for n, v in buffers.items() if before[0].get(n, v) != v)
@@ -331,8 +337,15 @@ def call_region(site: str, name: str, reason: str, function: Callable,
         if written & _parameters(module):
             raise CaptureError(_WRITES_PARAMETER.format(region.name, min(written)))
         region.written = tuple(i for i, n in enumerate(region.weight_names) if n in written)
-        region.fixed = region.metas = [m for m in returned.leaves if isinstance(m, tuple)] + [
-            (tuple(tensors[i].shape), tensors[i].dtype) for i in region.written]
+        metas = [m for m in returned.leaves if isinstance(m, tuple)]
+        region.fixed = [_sizes(shape, returned.inputs, tensors, len(weights))
+                        for shape, _ in metas] + [
+            tuple((i, d) for d in range(tensors[i].dim()))
+            for i in region.written]
+        region.metas = [(tuple(n if isinstance(n, int) else tensors[n[0]].shape[n[1]]
+                               for n in sizes), dtype)
+                        for sizes, (_, dtype) in zip(region.fixed, metas + [
+                            ((), tensors[i].dtype) for i in region.written], strict=True)]
         region.random = site in record.random
         region.needs_grad = site in record.needs_grad
     key = next(_KEYS)
@@ -346,6 +359,17 @@ def call_region(site: str, name: str, reason: str, function: Callable,
     for position, tensor in zip(region.out_tensors, results, strict=True):
         leaves_out[position] = tensor
     return pytree.tree_unflatten(leaves_out, region.out_spec)
+
+
+def _sizes(shape: tuple[int, ...], recorded: tuple[tuple[int, ...], ...],
+           tensors: list[torch.Tensor], n_weights: int) -> tuple[int | tuple[int, int], ...]:
+    """An output's sizes from a real run: a size equal to an argument's size that the capture
+    keeps dynamic (a batch, a sequence length) is taken as that size, the rest as numbers; the
+    node checks them at every call."""
+    dynamic = [(j, d, n) for j, sizes in enumerate(recorded) for d, n in enumerate(sizes)
+               if not isinstance(tensors[n_weights + j].shape[d], int)]
+    return tuple(next(((n_weights + j, d) for j, d, n in dynamic if n == size), size)
+                 for size in shape)
 
 
 _WRITES_INPUT = ("ms_aten: opaque region {} writes its input in place; the program passes "
@@ -368,6 +392,11 @@ def _probe(region: Region, tensors: list[torch.Tensor]) -> Any:
     fake_mode = torch._guards.detect_fake_mode(tensors)
     shape_env = getattr(fake_mode, "shape_env", None)
     probe = _Probe()
+    # The trace's record of module calls, which a failing run would leave unbalanced
+    # (torch.fx pops it only on success) and a successful one would count.
+    tracer = getattr(get_proxy_mode(), "tracer", None)
+    stack, calls = getattr(tracer, "module_stack", None), getattr(tracer, "num_calls", None)
+    saved = dict(stack or {}), dict(calls or {})
     try:
         with disable_proxy_modes_tracing(), torch.enable_grad(), probe, counting_grad() as grads, \
                 shape_env.ignore_fresh_unbacked_symbols() if shape_env is not None \
@@ -377,6 +406,11 @@ def _probe(region: Region, tensors: list[torch.Tensor]) -> Any:
         raise
     except Exception:  # noqa: BLE001  (data-dependent: shapes from a real run instead)
         return None
+    finally:
+        for kept, before in ((stack, saved[0]), (calls, saved[1])):
+            if kept is not None:
+                kept.clear()
+                kept.update(before)
     region.random, region.needs_grad = probe.random, bool(grads[0])
     n = len(region.weight_names)
     changed = [i for i, (t, v) in enumerate(zip(copies, versions, strict=True)) if t._version != v]

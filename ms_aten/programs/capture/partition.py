@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..base import CaptureError
 from . import opaque
 
 # torch.export of a submodule with some submodules opaque: (module, args, kwargs, reasons by
@@ -101,6 +102,8 @@ def smallest(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any], re
         inner = {p[len(prefix):]: r for p, r in regions.items()}
         try:
             export(sub, sub_args, dict(sub_kwargs), inner, recorded, prefix)
+        except CaptureError:
+            raise  # refused by name (a region's input write, a hook): no smaller part helps
         except Exception as error:  # noqa: BLE001  (the reason is what is kept)
             return first_line(error)
         return None

@@ -58,7 +58,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind
 from ...native import library
 from ...native.threads import get_num_threads
 from ..base import Compiled
-from ..capture import autograd_functions
+from ..capture import autograd_functions, opaque
 from . import aot_build, cache
 from .derivatives import differentiated, without_autograd
 
@@ -153,6 +153,10 @@ class _Graph:
                  ) -> None:
         self.exported = exported
         gm = exported.graph_module
+        regions = opaque.regions_in(gm)
+        if regions:  # Python in the middle: AOTInductor's code could not call it
+            raise _NotCompiled(f"{regions[0].name} runs as an opaque torch call, which is not "
+                               f"compiled")
         self.placeholders: list[torch.fx.Node] = []
         self.differentiates: list[bool] = []
         specs = exported.graph_signature.input_specs

@@ -201,8 +201,8 @@ def assert_matches_torch(cell: ms_aten.TorchModule, module: tnn.Module, inputs: 
     for got, expected in zip(dx, want_dx, strict=True):
         np.testing.assert_allclose(got.asnumpy(), expected, rtol=1e-5, atol=1e-6)
     for grad, param in zip(grads, cell.trainable_params(), strict=True):
-        np.testing.assert_allclose(grad.asnumpy(), want_grads[param.name.removeprefix("net.")], rtol=1e-5,
-                                   atol=1e-6, err_msg=param.name)
+        np.testing.assert_allclose(grad.asnumpy(), want_grads[param.name.removeprefix("net.")],
+                                   rtol=1e-5, atol=1e-6, err_msg=param.name)
 
 
 @pytest.mark.parametrize("mode", list(MODES))

@@ -326,7 +326,8 @@ def call_region(site: str, name: str, reason: str, function: Callable,
         calls = record.outputs.get(site) if isinstance(record, Recording) else None
         index = record.seen.get(site, 0) if isinstance(record, Recording) else 0
         if not calls or index >= len(calls):
-            raise _Unshaped(name)
+            raise _Unshaped(f"opaque region {name}: tracing cannot run it on fake tensors, "
+                            f"and no eager call gave its output shapes yet")
         assert isinstance(record, Recording)
         record.seen[site] = index + 1
         returned = calls[index]
@@ -379,8 +380,9 @@ _WRITES_PARAMETER = ("ms_aten: opaque region {} writes its parameter {} in place
                      "Parameters change only by the optimizer")
 
 
-class _Unshaped(Exception):  # noqa: N818  (caught by partition.py: record, then capture again)
-    """A region whose fake run failed, before any real run gave its shapes."""
+class _Unshaped(Exception):  # noqa: N818
+    """A region whose fake run failed, before any real run gave its shapes: the capture fails,
+    and export.py's fallback records an eager call (partition.py) and captures again."""
 
 
 def _probe(region: Region, tensors: list[torch.Tensor]) -> Any:

@@ -4,16 +4,16 @@
 # launcher.cpp, which calls the library's entry points as MindSpore's GPU AOT kernel does), then
 # runs the launcher's cases (tests/aot_launcher/cases.py) on CUDA buffers on a non-default stream,
 # each checked against torch on the GPU, and again under compute-sanitizer's memcheck and
-# synccheck; and the benchmark, GPT-2's forward and backward through the launcher against torch eager
-# (tests/aot_launcher/bench.py), when the cases hold one. One line per check (PASS or FAIL); exit
-# status 1 when one fails.
+# synccheck; last, the benchmark, GPT-2 small's forward and backward through the launcher against
+# torch eager (tests/aot_launcher/bench.py), when the cases hold one. One line per check (PASS or
+# FAIL); exit status 1 when one fails.
 #
 # Needs an NVIDIA GPU, a CUDA build of torch for $PYTHON (default python3), a C++ compiler and the
 # CUDA toolkit ($CUDA_HOME, default /usr/local/cuda). No MindSpore and no network: the cases (the
 # op specs, GPT-2 tiny's program, torch's reference outputs, GPT-2 small's program for the
 # benchmark) are made beforehand where ms_aten runs, by
 #     bash scripts/gpu_prepare.sh
-# and carried along (build/aot_cases, about 1 MB).
+# and carried along (build/aot_cases, about 0.6 MB).
 #
 # Usage: bash scripts/gpu_check.sh [CASES]            CASES defaults to build/aot_cases
 #        bash scripts/gpu_check.sh --cpu LIBRARY [CASES]

@@ -29,28 +29,35 @@ from typing import Any
 import torch
 
 from ..base import CaptureError
-from . import autograd_functions
+from . import autograd_functions, no_grad_writes
 
 _WRAP_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 
 
-def keep_grad_regions(gm: torch.fx.GraphModule) -> None:
+def keep_grad_regions(gm: torch.fx.GraphModule, name: str) -> None:
     """Detaches the inputs of every grad-disabled region of a torch.export graph (and of the
-    regions in its submodules)."""
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is _WRAP_GRAD and not node.args[0]:
-            body = getattr(gm, node.args[1].target)
-            graph = body.graph
-            for placeholder in [n for n in graph.nodes if n.op == "placeholder"]:
-                users = list(placeholder.users)
-                with graph.inserting_after(placeholder):
-                    detached = graph.call_function(torch.ops.aten.detach.default, (placeholder,))
-                for user in users:
-                    user.replace_input_with(placeholder, detached)
-            body.recompile()
+    regions in its submodules); an input the region writes in place keeps torch's gradient
+    (no_grad_writes.py)."""
+    regions = [node for node in gm.graph.nodes
+               if node.op == "call_function" and node.target is _WRAP_GRAD and not node.args[0]]
+    for node in regions:
+        body = getattr(gm, node.args[1].target)
+        graph = body.graph
+        writes = no_grad_writes.written(body)
+        for index, placeholder in enumerate([n for n in graph.nodes if n.op == "placeholder"]):
+            users = list(placeholder.users)
+            with graph.inserting_after(placeholder):
+                detached = graph.call_function(torch.ops.aten.detach.default, (placeholder,))
+            for user in users:
+                user.replace_input_with(placeholder, detached)
+            if index in writes:
+                no_grad_writes.straighten(gm, node, body, index, detached, writes[index], name)
+        body.recompile()
+    if regions:
+        gm.recompile()
     for child in gm.children():
         if isinstance(child, torch.fx.GraphModule):
-            keep_grad_regions(child)
+            keep_grad_regions(child, name)
 
 
 def refuse_traced_functions(gm: torch.fx.GraphModule, name: str) -> None:

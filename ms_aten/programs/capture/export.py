@@ -19,7 +19,7 @@ from torch.utils import _pytree as pytree
 
 from ...ops.schema import missing_meta_kernel
 from ..base import CaptureError, Signature
-from . import autograd_constructs, opaque, partition, rewrite
+from . import autograd_constructs, no_grad_writes, opaque, partition, rewrite
 
 # The FutureWarning every torch.export of torch 2.13 prints from its own code.
 _TORCH_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
@@ -144,8 +144,10 @@ def _once(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],
             raise
     if strict and differentiable:
         autograd_constructs.refuse_traced_functions(exported.graph_module, name)
-    autograd_constructs.keep_grad_regions(exported.graph_module)
-    return exported.run_decompositions({})
+    autograd_constructs.keep_grad_regions(exported.graph_module, name)
+    decomposed = exported.run_decompositions({})
+    no_grad_writes.refuse_parameter_writes(decomposed, name)
+    return decomposed
 
 
 def _partitioned(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],

@@ -38,7 +38,8 @@ class TorchModule(ProgramCell):
     backbone's BatchNorm statistics frozen); `set_train(False)` is torch's `model.eval()` for the
     whole tree, and `set_train(True)` gives back those modes (MindSpore's training wrappers call
     it: they never unfreeze what the user froze), or torch's `model.train()` for a module
-    captured with its root in eval mode. `set_submodule_train(name, mode)` changes one subtree's
+    captured with its root in eval mode. Both are what the module's own `train()` / `eval()`
+    give, overrides included (mmdet's `norm_eval`), run once at the call. `set_submodule_train(name, mode)` changes one subtree's
     train-mode mode later. Each mode tree is captured once. Buffers the graph updates (a KV
     cache, BatchNorm's running statistics in train mode) are written in place, into their
     Parameters (lowering/inplace.py).
@@ -103,16 +104,19 @@ class TorchModule(ProgramCell):
         self._opaque: dict[str, None] = {}  # names of the opaque regions, in order
         self._autocast: torch.dtype | None = None
         # Each submodule's mode in the Cell's train mode: as the tree is now when its root is in
-        # train mode, else torch's model.train() (every module in train mode).
+        # train mode, else torch's model.train(); in eval mode, torch's model.eval(). Both as
+        # the module's own train() / eval() make them (an override that keeps BatchNorm frozen).
         self._torch_submodules = dict(module.named_modules())
-        self._train_modes = {name: m.training or not module.training
+        after_train, self._eval_modes = _mode_trees(module)
+        self._train_modes = {name: m.training if module.training else after_train[name]
                              for name, m in self._torch_submodules.items()}
         super().set_train(module.training)
         self._select(module.training)
 
     def _modes(self, training: bool) -> Modes:
         """Each submodule's mode (named_modules' order) for the Cell's mode `training`."""
-        return tuple(training and self._train_modes[name] for name in self._torch_submodules)
+        modes = self._train_modes if training else self._eval_modes
+        return tuple(modes[name] for name in self._torch_submodules)
 
     def _capture(self, key: Capture, example: tuple[tuple, dict[str, Any]]
                  ) -> tuple[Program, tuple[Node, ...]]:
@@ -240,6 +244,26 @@ class TorchModule(ProgramCell):
         values = {name: to_torch(p.value())
                   for name, p in zip(self._weight_names, self.weights, strict=True)}
         return {key: values[name] for key, name in self._state_keys.items()}
+
+
+def _mode_trees(module: torch.nn.Module) -> tuple[dict[str, bool], dict[str, bool]]:
+    """Each submodule's mode (by name) after torch's `module.train()` and after `module.eval()`:
+    the module's own methods run, overrides included (mmdet's `norm_eval` keeps BatchNorm in
+    eval mode in train()). Every module's mode and every parameter's requires_grad (which such
+    an override may set, freezing stages) are put back afterwards."""
+    modules = dict(module.named_modules())
+    modes = {m: m.training for m in modules.values()}
+    requires_grad = {p: p.requires_grad for p in module.parameters()}
+    try:
+        module.train()
+        after_train = {name: m.training for name, m in modules.items()}
+        module.eval()
+        return after_train, {name: m.training for name, m in modules.items()}
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+        for p, flag in requires_grad.items():
+            p.requires_grad_(flag)
 
 
 def _autocast(forward, dtype: torch.dtype):

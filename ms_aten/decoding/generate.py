@@ -15,7 +15,7 @@ from mindspore import Tensor, nn, ops
 from . import logits_process
 from .causal_lm import CausalLM
 from .checks import check_sampling, check_tokens
-from .logits_process import last_logits, mark, penalize, sample
+from .logits_process import last_logits, mark, penalize, sample, uniform_draws
 
 # The attribute of a CausalLM that holds its decode loops (_loop).
 _LOOPS = "_ms_aten_decode_loops"
@@ -225,7 +225,7 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
     seen = logits_process.seen_tokens(ids, mask, lm.vocab_size)
     draws = np.zeros((lm.max_cache_len, batch), np.float32)
     if do_sample:
-        draws[:max_new_tokens] = np.random.default_rng(seed).random((max_new_tokens, batch))
+        draws[:max_new_tokens] = uniform_draws(seed, (max_new_tokens, batch))
     # PYNATIVE mode runs the loop on the host, a DecodeStep per token: DecodeLoop's
     # bookkeeping as PyNative ops (a setitem of the token, the loop's two tests) cost about
     # 3 ms a token, a tenth of GPT-2 small's step.

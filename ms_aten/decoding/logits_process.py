@@ -87,6 +87,17 @@ def mark(seen, token):
     return ops.logical_or(seen, vocab.reshape(1, -1) == token.reshape(-1, 1))
 
 
+# The largest float32 below 1.0: the top of the draws' range, [0, 1) in the loop's dtype.
+_BELOW_ONE = np.nextafter(np.float32(1.0), np.float32(0.0))
+
+
+def uniform_draws(seed: int | None, shape: tuple[int, ...]) -> np.ndarray:
+    """The sampling loop's uniform draws, float32 in [0, 1), from numpy's generator seeded by
+    `seed`. numpy draws in float64; rounded to float32, a draw within 2**-25 of 1.0 becomes 1.0
+    itself, which is held to the largest float32 below it (a seed's draws stay numpy's)."""
+    return np.minimum(np.random.default_rng(seed).random(shape).astype(np.float32), _BELOW_ONE)
+
+
 def sample(scores, draw, temperature, top_k, top_p, min_p):
     """One token per row of `scores` (batch, vocab), as transformers' warpers choose it:
     temperature, then top-k (ties with the k-th kept), then top-p (the likeliest tokens whose
@@ -103,7 +114,12 @@ def sample(scores, draw, temperature, top_k, top_p, min_p):
     probs = ops.where(ops.cumsum(probs, -1) - probs < top_p, probs, 0.0)
     # The likeliest (first) always stays; the ratio needs no renormalization.
     probs = ops.where(probs >= min_p * probs[:, :1], probs, 0.0)
-    # Inverse CDF over what is kept: a draw in [0, total) lands on a kept token, rounding or not.
+    # Inverse CDF over what is kept: a draw in [0, total) lands on a kept token. draw * total
+    # may round up to total itself (a draw just below 1), which every token's cumulative
+    # reaches: the rank is then held to the last kept token (kept tokens lead the sorted
+    # order), never past the vocabulary.
     cumulative = ops.cumsum(probs, -1)
     rank = (cumulative <= draw.reshape(-1, 1) * cumulative[:, -1:]).sum(-1).astype(ms.int64)
+    last_kept = (probs > 0).sum(-1).astype(ms.int64) - 1
+    rank = ops.minimum(rank, last_kept)
     return ops.gather_elements(order, 1, rank.reshape(-1, 1)).reshape(-1)

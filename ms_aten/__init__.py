@@ -33,6 +33,7 @@ from .programs.compile.compiled import CompileCacheWarning, CompileWarning
 from .programs.function import TorchFunction, function
 from .programs.module import TorchModule, module
 from .programs.runtime.primitive import AtenFunction
+from .programs.runtime.verify import VerificationError
 
 _request_blocking_run()  # before MindSpore's first task reads it (native/host.py)
 _load_library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
@@ -42,7 +43,8 @@ _check_memory_environment()
 __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM",
            "CompileCacheWarning", "CompileWarning", "ConstantError", "GenerateOutput",
            "OpaqueWarning", "ShapeInferenceError", "TorchFunction", "TorchModule",
-           "ValueDependentError", "ValueDependentOp", "__version__", "cached_bytes", "causal_lm",
-           "empty_cache", "function", "generate", "get_num_threads", "host_read_count",
-           "launch_count", "module", "nn", "op", "opaque", "optim", "set_num_threads", "to_ms",
+           "ValueDependentError", "ValueDependentOp", "VerificationError", "__version__",
+           "cached_bytes", "causal_lm", "empty_cache", "function", "generate", "get_num_threads",
+           "host_read_count", "launch_count", "module", "nn", "op", "opaque", "optim",
+           "set_num_threads", "to_ms"]
            "to_torch"]

@@ -19,6 +19,7 @@ from .compile.compiled import CompileOptions, compile_exported, start_vector_isa
 from .lowering.program import Program, build
 from .runtime.cell import ProgramCell, call
 from .runtime.primitive import AtenFunction
+from .runtime.verify import Verifier, calls_to_verify, verified_call
 
 # Each submodule's mode (torch's `training`), in named_modules' order: the root's first.
 Modes = tuple[bool, ...]
@@ -70,7 +71,8 @@ class TorchModule(ProgramCell):
     def __init__(self, module: torch.nn.Module, args: tuple = (),
                  kwargs: Mapping[str, Any] | None = None, *,
                  dynamic_shapes: DynamicShapes = None, replace: Sequence = (),
-                 strict: bool | None = None, compile: bool | Mapping[str, Any] = False):
+                 strict: bool | None = None, compile: bool | Mapping[str, Any] = False,
+                 verify: bool | int | None = None):
         super().__init__()
         self._compile = CompileOptions.of(compile)
         if self._compile is not None:
@@ -110,6 +112,11 @@ class TorchModule(ProgramCell):
         after_train, self._eval_modes = _mode_trees(module)
         self._train_modes = {name: m.training if module.training else after_train[name]
                              for name, m in self._torch_submodules.items()}
+        calls = calls_to_verify(verify)
+        this = weakref.ref(self)  # the Verifier, kept by the primitives, must not keep the Cell
+        self._verifier = None if not calls else Verifier(
+            module, self._name, self._weight_names, self._trainable, self._inputs, calls,
+            lambda: this()._mode_tree())
         super().set_train(module.training)
         self._select(module.training)
 
@@ -117,6 +124,10 @@ class TorchModule(ProgramCell):
         """Each submodule's mode (named_modules' order) for the Cell's mode `training`."""
         modes = self._train_modes if training else self._eval_modes
         return tuple(modes[name] for name in self._torch_submodules)
+
+    def _mode_tree(self) -> dict[str, bool]:
+        """Each submodule's mode (by name) in the Cell's current mode."""
+        return dict(zip(self._torch_submodules, self._modes(self.training), strict=True))
 
     def _capture(self, key: Capture, example: tuple[tuple, dict[str, Any]]
                  ) -> tuple[Program, tuple[Node, ...]]:
@@ -184,9 +195,12 @@ class TorchModule(ProgramCell):
 
             program, nodes = self._capture(key, (self._inputs.args, self._inputs.kwargs))
             self._functions[key] = (
-                AtenFunction(program, recapture, record=self._record), nodes)
+                AtenFunction(program, recapture, record=self._record,
+                             verifier=self._verifier), nodes)
         function, nodes = self._functions[key]
         self._use(function, nodes)
+        if self._verifier is not None:
+            self._verify_ops = self._verifier.forward_ops(function.program)
 
     def set_train(self, mode: bool = True) -> TorchModule:
         """MindSpore's mode switch as torch's: False is `model.eval()`; True gives each
@@ -236,6 +250,10 @@ class TorchModule(ProgramCell):
                 f"{regions}\n{self._torch_module!r}")
 
     def construct(self, *args, **kwargs):
+        if self._verifier is not None:
+            keep, check = self._verify_ops
+            return self._outputs(verified_call(self._function, keep, check, self.weights,
+                                               self._leaves(args, kwargs)), kwargs)
         return self._outputs(call(self._function, self.weights, self._leaves(args, kwargs)), kwargs)
 
     def torch_state_dict(self) -> dict[str, torch.Tensor]:
@@ -277,7 +295,8 @@ def _autocast(forward, dtype: torch.dtype):
 def module(torch_module: torch.nn.Module, args: tuple = (),
            kwargs: Mapping[str, Any] | None = None, *, dynamic_shapes: DynamicShapes = None,
            replace: Sequence = (), strict: bool | None = None,
-           compile: bool | Mapping[str, Any] = False) -> TorchModule:
+           compile: bool | Mapping[str, Any] = False,
+           verify: bool | int | None = None) -> TorchModule:
     """`torch_module` as a MindSpore Cell running its forward in one kernel launch; see
     TorchModule. `args` and `kwargs` are an example call, as torch.export takes them: tensors
     anywhere in them (tuples, lists, dicts, any pytree node) are the Cell's inputs, the rest
@@ -288,6 +307,10 @@ def module(torch_module: torch.nn.Module, args: tuple = (),
     False: Python runs the forward); None, the default, tries non-strict, then strict.
     compile: True runs the forward (and in train mode the backward) as code AOTInductor
     compiled ahead of time, cached on disk; a dict gives options, {"training": bool,
-    "cache_dir": path}. A graph it cannot compile runs interpreted, with a CompileWarning."""
+    "cache_dir": path}. A graph it cannot compile runs interpreted, with a CompileWarning.
+    verify: True runs torch eager beside the first 3 calls (an int: that many) and their
+    backward passes, and raises ms_aten.VerificationError naming the first output or gradient
+    that differs (runtime/verify.py, docs/verify.md); None reads the environment variable
+    MS_ATEN_VERIFY."""
     return TorchModule(torch_module, args, kwargs, dynamic_shapes=dynamic_shapes,
-                       replace=replace, strict=strict, compile=compile)
+                       replace=replace, strict=strict, compile=compile, verify=verify)

@@ -156,10 +156,12 @@ class ProgramVjp2(_ProgramBackward):
             f"which differentiate to any order")
 
 
-def make_program_bprop(program: Program, family: str) -> Callable:
+def make_program_bprop(program: Program, family: str, check: Callable | None = None
+                       ) -> Callable:
     """bprop(*inputs, out, dout) for a program family: its VJP kernel, one gradient per input.
     The forward's outputs after the graph's are states the VJP takes as they are (the RNG state,
-    the kept graph's handle), not their gradients."""
+    the kept graph's handle), not their gradients. `check`: verify.py's check_gradients op,
+    given the output gradients and the gradients, before they are returned."""
     vjp = ProgramVjp(program, family)
     n_out = program.n_outputs
     one_input = program.n_inputs == 1
@@ -168,7 +170,12 @@ def make_program_bprop(program: Program, family: str) -> Callable:
         grads = vjp(*inputs, *dout[:n_out], *out[n_out:])
         return (grads,) if one_input else grads
 
-    return with_arity(program.n_inputs, gradients)
+    def checked_gradients(inputs: tuple, out, dout):
+        grads = vjp(*inputs, *dout[:n_out], *out[n_out:])
+        grads = (grads,) if one_input else grads
+        return ops.depend(grads, check(*dout[:n_out], *grads))
+
+    return with_arity(program.n_inputs, gradients if check is None else checked_gradients)
 
 
 class AtenFunction(_ProgramPrimitive):
@@ -191,9 +198,13 @@ class AtenFunction(_ProgramPrimitive):
     the capture for its inputs (csrc/program/family.h).
     """
 
-    def __init__(self, program: Program, recapture: Recapture | None = None, record: bool = True):
+    def __init__(self, program: Program, recapture: Recapture | None = None, record: bool = True,
+                 verifier: Any = None):
         self.recapture = recapture
         self.record = record  # keep the forward's autograd graph for the backward
+        # verify.py's Verifier: its check in the bprop; while it is active, PYNATIVE calls
+        # take ops.Custom's route, whose bprop is this Python one (the fast path's is C++).
+        self.verifier = verifier
         family = str(unique_id())
         _register(family, program)
         weakref.finalize(self, _forget, family).atexit = False
@@ -202,8 +213,9 @@ class AtenFunction(_ProgramPrimitive):
         # each time (0.4 ms for GPT-2 small's 172 weights), and a decoding loop repeats them.
         self._shapes: dict[tuple[tuple[int, ...], ...], list[list[int]]] = {}
         # the first capture; every capture has its outputs' structure
+        check = None if verifier is None else verifier.backward_op(program)
         super().__init__(program, family, "record" if record else "call", program.n_results,
-                         bprop=make_program_bprop(program, family))
+                         bprop=make_program_bprop(program, family, check))
         if program.written:
             self._declare_writes(program)
 
@@ -264,7 +276,8 @@ class AtenFunction(_ProgramPrimitive):
         # PYNATIVE on CPU: the pyboost fast path (fast_path.py), which also keeps the forward's
         # autograd graph for the backward exactly when autograd records the call. GRAPH mode
         # never calls __call__ (the primitive is compiled), so it stays on the AOT kernel.
-        if library.current_target() == "CPU" and not graph_mode() and pyboost.available():
+        if library.current_target() == "CPU" and not graph_mode() and pyboost.available() \
+                and not (self.verifier is not None and self.verifier.active):
             return fast_path.call(self, *args)
         return super().__call__(*args)
 

@@ -23,9 +23,10 @@ def train_ms(case: models.Case, mode: str, make: Callable[[list[Parameter]], nn.
              steps: int = STEPS, compile: bool | dict = False
              ) -> tuple[list[float], ms_aten.TorchModule, nn.Optimizer]:
     """`steps` training steps of the ms_aten model (ms_aten.module's `compile=`) with the
-    optimizer `make` builds; the losses, the cell and the optimizer."""
+    optimizer `make` builds, its first step verified against torch eager (verify=1: values
+    and gradients); the losses, the cell and the optimizer."""
     set_mode(mode)
-    cell = ms_aten.module(copy.deepcopy(case.module), case.inputs, compile=compile)
+    cell = ms_aten.module(copy.deepcopy(case.module), case.inputs, compile=compile, verify=1)
     optimizer = make(cell.trainable_params())
     grad_fn = ms.value_and_grad(LossCell(cell, case.loss), None, optimizer.parameters)
 
@@ -37,7 +38,9 @@ def train_ms(case: models.Case, mode: str, make: Callable[[list[Parameter]], nn.
     if mode == "graph":
         step = ms.jit(step)
     x, target = to_ms(case.inputs[0]), to_ms(case.target)
-    return [float(step(x, target)) for _ in range(steps)], cell, optimizer
+    losses = [float(step(x, target)) for _ in range(steps)]
+    assert cell._verifier.done == 1 and cell._verifier.backwards == 0  # checked, and passed
+    return losses, cell, optimizer
 
 
 def train_torch(case: models.Case, make: Callable[[list], torch.optim.Optimizer],

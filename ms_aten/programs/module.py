@@ -40,10 +40,11 @@ class TorchModule(ProgramCell):
     whole tree, and `set_train(True)` gives back those modes (MindSpore's training wrappers call
     it: they never unfreeze what the user froze), or torch's `model.train()` for a module
     captured with its root in eval mode. Both are what the module's own `train()` / `eval()`
-    give, overrides included (mmdet's `norm_eval`), run once at the call. `set_submodule_train(name, mode)` changes one subtree's
-    train-mode mode later. Each mode tree is captured once. Buffers the graph updates (a KV
-    cache, BatchNorm's running statistics in train mode) are written in place, into their
-    Parameters (lowering/inplace.py).
+    give, overrides included (mmdet's `norm_eval`), run once at the call.
+    `set_submodule_train(name, mode)` changes one subtree's train-mode mode later. Each mode
+    tree is captured once. Buffers the graph updates (a KV cache, BatchNorm's running
+    statistics in train mode) are written in place, into their Parameters
+    (lowering/inplace.py).
 
     Called as the module is, by position or keyword (`cell(input_ids=x, attention_mask=m)`),
     with the inputs nested as at capture; the constants of the capture (use_cache=False) may
@@ -114,9 +115,15 @@ class TorchModule(ProgramCell):
                              for name, m in self._torch_submodules.items()}
         calls = calls_to_verify(verify)
         this = weakref.ref(self)  # the Verifier, kept by the primitives, must not keep the Cell
+
+        def mode_tree() -> dict[str, bool]:
+            cell = this()
+            assert cell is not None, "a verified call of a freed Cell"
+            return cell._mode_tree()
+
         self._verifier = None if not calls else Verifier(
             module, self._name, self._weight_names, self._trainable, self._inputs, calls,
-            lambda: this()._mode_tree())
+            mode_tree)
         super().set_train(module.training)
         self._select(module.training)
 

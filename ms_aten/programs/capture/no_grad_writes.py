@@ -60,7 +60,8 @@ def _alias_of_first(node: torch.fx.Node) -> tuple[bool, bool] | None:
 def _aliases(root: torch.fx.Node) -> tuple[list[torch.fx.Node], list[torch.fx.Node]]:
     """The nodes that alias `root` (it included): those that are all of it, and the views of a
     part of it, in graph order."""
-    whole, part = [root], []
+    whole: list[torch.fx.Node] = [root]
+    part: list[torch.fx.Node] = []
     stack = [(root, True)]
     seen = {root}
     while stack:
@@ -124,9 +125,10 @@ def straighten(gm: torch.fx.GraphModule, region: torch.fx.Node, body: torch.fx.G
     order = {node: i for i, node in enumerate(graph.nodes)}
     where = _where(writer)
     root = value  # the tensor: the node before the in-place ops that returned it
-    while (alias := _alias_of_first(root)) is not None and alias[0]:
-        root = root.args[0]
-        assert isinstance(root, torch.fx.Node)
+    while (first := _alias_of_first(root)) is not None and first[0]:
+        parent = root.args[0]
+        assert isinstance(parent, torch.fx.Node)
+        root = parent
     if _alias_of_first(root) is not None:
         raise CaptureError(f"ms_aten: {name}: an in-place write under no_grad to a view of "
                            f"another tensor ({where}), which would cut that tensor's gradient; "

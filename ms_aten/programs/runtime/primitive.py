@@ -170,12 +170,16 @@ def make_program_bprop(program: Program, family: str, check: Callable | None = N
         grads = vjp(*inputs, *dout[:n_out], *out[n_out:])
         return (grads,) if one_input else grads
 
+    if check is None:
+        return with_arity(program.n_inputs, gradients)
+    verify: Callable = check
+
     def checked_gradients(inputs: tuple, out, dout):
         grads = vjp(*inputs, *dout[:n_out], *out[n_out:])
         grads = (grads,) if one_input else grads
-        return ops.depend(grads, check(*dout[:n_out], *grads))
+        return ops.depend(grads, verify(*dout[:n_out], *grads))
 
-    return with_arity(program.n_inputs, gradients if check is None else checked_gradients)
+    return with_arity(program.n_inputs, checked_gradients)
 
 
 class AtenFunction(_ProgramPrimitive):

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from mindspore import Parameter, ParameterTuple
+from mindspore import PYNATIVE_MODE, Parameter, ParameterTuple, get_context
 from torch.export import ExportedProgram
 
 from ..native.convert import to_ms, to_torch
@@ -121,9 +121,17 @@ class TorchModule(ProgramCell):
             assert cell is not None, "a verified call of a freed Cell"
             return cell._mode_tree()
 
+        def verified_all() -> None:
+            # PYNATIVE calls construct from Python: from now on without the checks' ops. A
+            # GRAPH-mode graph keeps those it was compiled with (they return at once).
+            cell = this()
+            if cell is not None and get_context("mode") == PYNATIVE_MODE:
+                cell._verifying = False
+
         self._verifier = None if not calls else Verifier(
             module, self._name, self._weight_names, self._trainable, self._inputs, calls,
-            mode_tree)
+            mode_tree, verified_all)
+        self._verifying = self._verifier is not None
         super().set_train(module.training)
         self._select(module.training)
 
@@ -257,7 +265,7 @@ class TorchModule(ProgramCell):
                 f"{regions}\n{self._torch_module!r}")
 
     def construct(self, *args, **kwargs):
-        if self._verifier is not None:
+        if self._verifying:
             keep, check = self._verify_ops
             return self._outputs(verified_call(self._function, keep, check, self.weights,
                                                self._leaves(args, kwargs)), kwargs)

@@ -121,7 +121,8 @@ class Verifier:
 
     def __init__(self, module: torch.nn.Module, name: str, weight_names: Sequence[str],
                  trainable: frozenset[str], inputs: Inputs, calls: int,
-                 modes: Callable[[], dict[str, bool]]) -> None:
+                 modes: Callable[[], dict[str, bool]],
+                 verified_all: Callable[[], None] = lambda: None) -> None:
         self.module = module
         self.name = name
         self.weight_names = tuple(weight_names)
@@ -130,6 +131,7 @@ class Verifier:
         self.calls = calls  # forward calls left to verify
         self.backwards = calls  # backward passes left to verify
         self.modes = modes  # each submodule's mode (by name) in the Cell's current mode
+        self.verified_all = verified_all  # called once the last call is verified
         self.done = 0  # calls verified so far
         self._kept: tuple[list[np.ndarray], list[np.ndarray]] | None = None
         # The last verified call's eager graph, for its backward: outputs, leaves, leaf names.
@@ -176,6 +178,8 @@ class Verifier:
             return
         self.calls -= 1
         self.done += 1
+        if self.calls == 0:
+            self.verified_all()
         weights, inputs = self._kept
         self._kept = None
         rng = _torch(results[n_outputs]) if random else None

@@ -1,7 +1,8 @@
 """In-place writes under no_grad to a tensor that requires grad (the in-place straight-through
-idiom, `with torch.no_grad(): h.clamp_(-0.1, 0.1)`), in each spelling: torch's values (later
-uses read the written values) and torch's gradients (the write invisible to autograd), or a
-refusal naming the construct. Both modes, the output and every gradient against torch eager."""
+idiom, `with torch.no_grad(): h.clamp_(-0.1, 0.1)`), or through `h.detach()`, in each
+spelling: torch's values (later uses read the written values) and torch's gradients (the write
+invisible to autograd), or a refusal naming the construct. Both modes, the output and every
+gradient against torch eager."""
 from __future__ import annotations
 
 import copy
@@ -45,6 +46,11 @@ def _write(c: str, h: torch.Tensor) -> None:
     elif c == "a_row_written":
         with torch.no_grad():
             h[1].mul_(-3)
+    elif c == "through_detach":  # no no_grad: the write is invisible to autograd as well
+        h.detach().clamp_(-0.1, 0.1)
+    elif c == "through_detach_under_no_grad":
+        with torch.no_grad():
+            h.detach().mul_(2)
     elif c == "decorated_helper":
         _clip(h)
     elif c == "set_grad_enabled":
@@ -61,21 +67,25 @@ def _write(c: str, h: torch.Tensor) -> None:
 
 
 class Net(torch.nn.Module):
-    def __init__(self, construct: str) -> None:
+    def __init__(self, constructs: tuple[str, ...]) -> None:
         super().__init__()
-        self.construct = construct
+        self.constructs = constructs
         self.lin = torch.nn.Linear(4, 4)
         self.out = torch.nn.Linear(4, 3)
 
     def forward(self, x):
         h = self.lin(x)
         before = torch.tanh(h)  # read before the write: the old values
-        _write(self.construct, h)
+        for construct in self.constructs:  # one after the other, on the same tensor
+            _write(construct, h)
         return self.out(h * h) + before[:, :3]
 
 
-CONSTRUCTS = ["clamp_", "copy_", "mul_", "slice_assignment", "mask_assignment", "a_row_written",
-              "decorated_helper", "set_grad_enabled", "two_writes_and_a_read_between"]
+# Each group's writes in one forward (fewer captures); every spelling is in one group.
+GROUPS = {"methods": ("copy_", "clamp_", "mul_"),
+          "assignments": ("slice_assignment", "mask_assignment", "a_row_written"),
+          "through_detach": ("through_detach", "through_detach_under_no_grad"),
+          "regions": ("decorated_helper", "set_grad_enabled", "two_writes_and_a_read_between")}
 X = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
 WEIGHTS = torch.arange(1.0, 4.0)
 
@@ -109,10 +119,10 @@ def assert_matches_torch(cell: ms_aten.TorchModule, module: torch.nn.Module) -> 
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("construct", CONSTRUCTS)
-def test_a_write_under_no_grad_keeps_torch_s_value_and_gradients(construct, mode):
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_a_write_under_no_grad_keeps_torch_s_value_and_gradients(group, mode):
     torch.manual_seed(0)
-    module = Net(construct)
+    module = Net(GROUPS[group])
     set_mode(mode)
     cell = ms_aten.module(copy.deepcopy(module), (X,))
     assert_matches_torch(cell, module)
@@ -153,6 +163,12 @@ class Refused(torch.nn.Module):
                 h.clamp_(-0.1, 0.1)
                 row = h[0]
             return h * row
+        elif self.construct == "read_between_detached_writes":
+            alias = h.detach()
+            alias.clamp_(-0.1, 0.1)
+            doubled = h * 2
+            alias.mul_(2)
+            return h + doubled
         elif self.construct == "input_written":
             with torch.no_grad():
                 x.mul_(2)
@@ -165,8 +181,11 @@ class Refused(torch.nn.Module):
                               r"tensor \(File .*test_no_grad_inplace.py\", line \d+"),
     (Refused("view_read_after"), r"whose views, taken before it, are read after it"),
     (Refused("view_handed_on"), r"of which the no_grad block hands a view on"),
+    (Refused("read_between_detached_writes"), r"an in-place write through .detach\(\) \(File "
+                                              r".*\) to a tensor read between it and a later"),
     (Refused("input_written"), r"Refused writes its input x in place"),
-], ids=["parameter", "view_written", "view_read_after", "view_handed_on", "input_written"])
+], ids=["parameter", "view_written", "view_read_after", "view_handed_on",
+        "read_between_detached_writes", "input_written"])
 def test_what_cannot_keep_torch_s_meaning_is_refused_by_name(module, message):
     with pytest.raises(CaptureError, match=message):
         ms_aten.module(module, (X,))

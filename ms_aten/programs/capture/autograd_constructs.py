@@ -34,10 +34,12 @@ from . import autograd_functions, no_grad_writes
 _WRAP_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 
 
-def keep_grad_regions(gm: torch.fx.GraphModule, name: str) -> None:
+def keep_grad_regions(gm: torch.fx.GraphModule, name: str, root: bool = True) -> None:
     """Detaches the inputs of every grad-disabled region of a torch.export graph (and of the
-    regions in its submodules); an input the region writes in place keeps torch's gradient
-    (no_grad_writes.py)."""
+    regions in its submodules); an input the region writes in place, or one written through
+    `.detach()` (in the root graph), keeps torch's gradient (no_grad_writes.py)."""
+    if root:
+        no_grad_writes.straighten_detached_writes(gm, name)
     regions = [node for node in gm.graph.nodes
                if node.op == "call_function" and node.target is _WRAP_GRAD and not node.args[0]]
     for node in regions:
@@ -57,7 +59,7 @@ def keep_grad_regions(gm: torch.fx.GraphModule, name: str) -> None:
         gm.recompile()
     for child in gm.children():
         if isinstance(child, torch.fx.GraphModule):
-            keep_grad_regions(child, name)
+            keep_grad_regions(child, name, root=False)
 
 
 def refuse_traced_functions(gm: torch.fx.GraphModule, name: str) -> None:

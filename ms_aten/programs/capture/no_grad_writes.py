@@ -184,3 +184,59 @@ def refuse_parameter_writes(exported: ExportedProgram, name: str) -> None:
                 f"Cell's Parameters change only in an optimizer's step: do the write outside "
                 f"forward (before the call), or make it a parametrization "
                 f"(torch.nn.utils.parametrize), whose result forward computes")
+
+
+def straighten_detached_writes(gm: torch.fx.GraphModule, name: str) -> None:
+    """`h.detach().clamp_(...)` in a grad-enabled graph: torch writes h's values and autograd
+    never sees it, as under no_grad. Functionalized as it comes, the write would become h's
+    new value with no gradient. The detached alias is made of a copy of h, and each use of h
+    after the last write reads `copy - nan_to_num(h.detach() - h)` (the written values,
+    identity gradient to h); a read of h between two such writes is refused."""
+    graph = gm.graph
+    for detach in [n for n in graph.nodes if n.op == "call_function"
+                   and n.target is aten.detach.default]:
+        whole, part = _aliases(detach)
+        targets = set(whole) | set(part)
+        writer = next((n for n in graph.nodes if _writes(n, targets)), None)
+        value = detach.args[0]
+        if writer is None or not isinstance(value, torch.fx.Node) or value.op != "call_function":
+            continue
+        meta = value.meta.get("val")
+        if not (isinstance(meta, torch.Tensor) and meta.is_floating_point()):
+            continue
+        where = _where(writer)
+        order = {node: i for i, node in enumerate(graph.nodes)}
+        kind = _alias_of_first(value)
+        if kind is not None and not kind[0]:
+            raise CaptureError(f"ms_aten: {name}: an in-place write through .detach() of a view "
+                               f"({where}); write under torch.no_grad() to the tensor itself")
+        tensor_whole, tensor_part = _aliases(value)
+        if any(order[view] < order[detach] < order[u] for view in tensor_part
+               for u in view.users) or any(order[n] > order[detach] and _alias_of_first(n)
+                                           for n in tensor_whole[1:]):
+            raise CaptureError(f"ms_aten: {name}: an in-place write through .detach() "
+                               f"({where}) to a tensor written or viewed around it; write "
+                               f"under torch.no_grad() to the tensor itself")
+        last = max((n for n in graph.nodes if _writes(n, targets)), key=order.__getitem__)
+        later = [u for alias in tensor_whole for u in alias.users if order[u] > order[detach]]
+        if any(order[u] < order[last] for u in later):
+            raise CaptureError(f"ms_aten: {name}: an in-place write through .detach() "
+                               f"({where}) to a tensor read between it and a later such write; "
+                               f"write under torch.no_grad() to the tensor itself")
+        with graph.inserting_before(detach):
+            copy = graph.call_function(aten.clone.default, (value,))
+        detach.update_arg(0, copy)
+        with graph.inserting_after(last):
+            frozen = graph.call_function(aten.detach.default, (value,))
+        with graph.inserting_after(frozen):
+            zero = graph.call_function(aten.sub.Tensor, (frozen, value))
+        with graph.inserting_after(zero):
+            finite = graph.call_function(aten.nan_to_num.default, (zero, 0.0, 0.0, 0.0))
+        with graph.inserting_after(finite):
+            new = graph.call_function(aten.sub.Tensor, (copy, finite))
+        for node in (copy, frozen, zero, finite, new):
+            node.meta["val"] = meta
+        for user in later:
+            for alias in tensor_whole:
+                user.replace_input_with(alias, new)
+    gm.recompile()

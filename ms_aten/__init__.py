@@ -46,5 +46,4 @@ __all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM",
            "ValueDependentError", "ValueDependentOp", "VerificationError", "__version__",
            "cached_bytes", "causal_lm", "empty_cache", "function", "generate", "get_num_threads",
            "host_read_count", "launch_count", "module", "nn", "op", "opaque", "optim",
-           "set_num_threads", "to_ms"]
-           "to_torch"]
+           "set_num_threads", "to_ms", "to_torch"]

@@ -34,14 +34,15 @@ from .programs.function import TorchFunction, function
 from .programs.module import TorchModule, module
 from .programs.runtime.primitive import AtenFunction
 from .programs.runtime.verify import VerificationError
+from .programs.stored.store import CaptureCacheWarning
 
 _request_blocking_run()  # before MindSpore's first task reads it (native/host.py)
 _load_library()  # fail at import, with a rebuild hint, if the bridge library is missing or stale
 _configure_threads()
 _check_memory_environment()
 
-__all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureError", "CausalLM",
-           "CompileCacheWarning", "CompileWarning", "ConstantError", "GenerateOutput",
+__all__ = ["AtenFunction", "AtenOp", "BuildError", "CaptureCacheWarning", "CaptureError",
+           "CausalLM", "CompileCacheWarning", "CompileWarning", "ConstantError", "GenerateOutput",
            "OpaqueWarning", "ShapeInferenceError", "TorchFunction", "TorchModule",
            "ValueDependentError", "ValueDependentOp", "VerificationError", "__version__",
            "cached_bytes", "causal_lm", "empty_cache", "function", "generate", "get_num_threads",

@@ -64,6 +64,8 @@ class CausalLM(TorchModule):
     # the cache's bookkeeping buffers make the forward one a backward could not recompute); a
     # gradient through the Cell is refused, naming those buffers.
     _record = False
+    # What its _rewrite counts, kept with a stored capture (programs/stored/).
+    _stored_counts = ("grouped_attentions", "onednn_linears")
 
     def __init__(self, model: PreTrainedModel, max_cache_len: int, batch_size: int = 1, *,
                  compile: bool | Mapping[str, Any] = False, linear_kernel: str = "aten"):
@@ -139,6 +141,9 @@ class CausalLM(TorchModule):
             raise CaptureError(f"{where}: {type(model).__name__} is not served: "
                                f"{error}") from error
         self._where = where
+
+    def _cache_options(self) -> dict[str, Any]:
+        return {"linear_kernel": self._linear_kernel}
 
     def _rewrite(self, exported: ExportedProgram) -> None:
         self.grouped_attentions = grouped_attention.rewrite(exported.graph_module)

@@ -15,11 +15,18 @@ from .base import Signature
 from .capture.export import DynamicShapes, example_like, export
 from .capture.opaque import regions_in
 from .capture.structure import Inputs, Node, output_nodes
-from .compile.compiled import CompileOptions, compile_exported, start_vector_isa_probe
+from .compile.compiled import (
+    CompileOptions,
+    compile_exported,
+    compile_target_of,
+    start_vector_isa_probe,
+)
 from .lowering.program import Program, build
 from .runtime.cell import ProgramCell, call
 from .runtime.primitive import AtenFunction
 from .runtime.verify import Verifier, calls_to_verify, verified_call
+from .stored import key as stored_key
+from .stored.store import Stored, captured
 
 # Each submodule's mode (torch's `training`), in named_modules' order: the root's first.
 Modes = tuple[bool, ...]
@@ -68,6 +75,8 @@ class TorchModule(ProgramCell):
 
     # Whether a forward that a backward follows keeps its autograd graph (AtenFunction).
     _record = True
+    # The counts a subclass's _rewrite keeps (CausalLM's), stored with each capture.
+    _stored_counts: tuple[str, ...] = ()
 
     def __init__(self, module: torch.nn.Module, args: tuple = (),
                  kwargs: Mapping[str, Any] | None = None, *,
@@ -83,7 +92,7 @@ class TorchModule(ProgramCell):
                             f"got {type(module).__name__}")
         self._torch_module = module
         self._replace = replace
-        self._strict = strict
+        self._strict = self._strict_asked = strict
         self._name = type(module).__name__
         self._take(Inputs.of(module.forward, args, kwargs, f"ms_aten.module({self._name})",
                              f"'{self._name}'", dynamic_shapes))
@@ -147,7 +156,37 @@ class TorchModule(ProgramCell):
     def _capture(self, key: Capture, example: tuple[tuple, dict[str, Any]]
                  ) -> tuple[Program, tuple[Node, ...]]:
         """The program for a tree of modes and an autocast dtype: those of its AtenFunction,
-        whatever the Cell's are when a new input signature captures again."""
+        whatever the Cell's are when a new input signature captures again. From the capture
+        cache on disk when it holds it (stored/); `capture_cache` says what the cache did."""
+        stored, self.capture_cache = captured(
+            self._name, lambda: self._key_parts(key, example),
+            lambda: self._capture_now(key, example))
+        self._strict = stored.strict
+        for name, count in stored.counts.items():
+            setattr(self, name, count)
+        return stored.program, stored.nodes
+
+    def _key_parts(self, key: Capture, example: tuple[tuple, dict[str, Any]]
+                   ) -> stored_key.Parts:
+        """The parts of the capture cache's key for this capture (stored/key.py)."""
+        modes, autocast = key
+        compile_target = None if self._compile is None else \
+            compile_target_of(self._compile)
+        return stored_key.capture_parts(
+            self._torch_module, cell=type(self), autocast=autocast,
+            modes=dict(zip(self._torch_submodules, modes, strict=True)),
+            args=example[0], kwargs=example[1],
+            dynamic_shapes=self._inputs.torch_dynamic_shapes("forward"),
+            options={"replace": self._replace, "strict": self._strict_asked,
+                     "compile": self._compile, "record": self._record,
+                     **self._cache_options()},
+            compile_target=compile_target)
+
+    def _cache_options(self) -> dict[str, Any]:
+        """A subclass's options that change its captures, for the capture cache's key."""
+        return {}
+
+    def _capture_now(self, key: Capture, example: tuple[tuple, dict[str, Any]]) -> Stored:
         modes, autocast = key
         training = modes[0]  # the root's mode, the Cell's
         module = self._torch_module
@@ -188,7 +227,8 @@ class TorchModule(ProgramCell):
         program = build(exported, self._name, self._weight_names, self._trainable,
                         self._aliases, dim_names=inputs.dim_names, input_names=inputs.names,
                         compiled=compiled)
-        return program, output_nodes(exported.call_spec.out_spec)
+        return Stored(program, output_nodes(exported.call_spec.out_spec), bool(self._strict),
+                      {name: getattr(self, name) for name in self._stored_counts})
 
     def _rewrite(self, exported: ExportedProgram) -> None:
         """A subclass's changes to each capture's graph before it is compiled or built."""

@@ -489,3 +489,21 @@ def identities(gm: torch.fx.GraphModule) -> list[str]:
             found.append(repr((code, constants, applied.tensor_leaves, str(applied.spec),
                                applied.autocast)))
     return found
+
+
+def applied(key: int) -> tuple[type[torch.autograd.Function], pytree.TreeSpec, tuple[Any, ...],
+                               tuple[int, ...]]:
+    """What the Function node `key` applies: its class, the structure of its arguments, their
+    leaves (None where a tensor goes) and where its tensors go (a stored capture keeps these,
+    programs/stored/)."""
+    found = _APPLIED[key]
+    return found.cls, found.spec, found.constants, found.tensor_leaves
+
+
+def apply_as_node(cls: type[torch.autograd.Function], spec: pytree.TreeSpec,
+                  constants: tuple[Any, ...], tensor_leaves: tuple[int, ...]) -> int:
+    """The key of a new Function node that applies `cls` as `applied` described it: a stored
+    capture's Function, in a process that did not capture it."""
+    key = next(_KEYS)
+    _APPLIED[key] = _Applied(cls, spec, constants, tensor_leaves)
+    return key

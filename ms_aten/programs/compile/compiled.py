@@ -392,6 +392,27 @@ def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
     return Compiled(key, directory, training, cached, seconds)
 
 
+def compile_target_of(options: CompileOptions) -> dict[str, Any]:
+    """What compiled code is generated for beyond its graph (the thread count, the CPU's vector
+    instruction sets), for the key of a stored capture that holds a compiled model."""
+    from torch._inductor import cpu_vec_isa
+
+    return {"threads": _threads(), "machine": platform.machine(),
+            "cpu flags": " ".join(sorted(cpu_vec_isa.x86_isa_checker())),
+            "cache": str(options.directory())}
+
+
+def register_cached(compiled: Compiled, name: str) -> bool:
+    """Hands the library a compiled model its cache holds (a stored capture's, programs/
+    stored/), checked whole first; False where the entry is gone or damaged (removed, with a
+    CompileCacheWarning naming it)."""
+    spec = _cached(compiled.path, name)
+    if spec is None:
+        return False
+    _register(compiled.key, spec, compiled.path)
+    return True
+
+
 def _cached(directory: Path, name: str) -> str | None:
     """The spec of the cache entry in `directory`, or None: none there, or a damaged one,
     removed with a CompileCacheWarning naming it (it is compiled again)."""

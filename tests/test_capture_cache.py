@@ -69,7 +69,8 @@ def _results(process: subprocess.Popen) -> dict[str, dict]:
         if line.startswith("{"):
             result = json.loads(line)
             result["log"] = err
-            results[result.pop("scenario")] = result
+            name = result.pop("scenario")
+            results[name if name not in results else f"{name}#2"] = result
     return results
 
 
@@ -136,11 +137,12 @@ def test_a_damaged_entry_is_captured_again_with_a_warning(stored):
     folder, _, _ = stored
     program = _entry_of(folder, ".Pair") / "program.json"
     program.write_bytes(program.read_bytes()[:100])  # a partial copy
-    again = _run(folder, ["pair", "pair"])["pair"]  # the second call hits the new entry
+    results = _run(folder, ["pair", "pair"])
+    again = results["pair"]
     assert again["damaged"] and str(program.parent) in again["damaged"][0]
     assert "is damaged (program.json has 100 bytes" in again["damaged"][0]
-    assert again["diff"] < 1e-4
-    assert _run(folder, ["pair"])["pair"]["cache"] == "hit"
+    assert again["cache"] == "stored" and again["diff"] < 1e-4
+    assert results["pair#2"]["cache"] == "hit"  # the entry stored again
 
 
 def _mounts_allowed() -> bool:

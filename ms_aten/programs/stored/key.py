@@ -36,7 +36,7 @@ Parts = dict[str, dict[str, str]]
 # The packages whose own classes and functions their versions cover (the key names the
 # versions, and Python's for its standard library): torch.nn's modules and functions are
 # described by name, not by their code.
-_VERSIONED = frozenset({"torch", "mindspore", "numpy", *sys.stdlib_module_names})
+_VERSIONED = frozenset({"torch", "mindspore", "numpy", "ms_aten", *sys.stdlib_module_names})
 # How deep an object's attributes are described (a config inside a module inside a list...).
 _DEPTH = 8
 # Packages whose objects (locks, loggers, weak references, threads) a module may hold but no
@@ -64,6 +64,17 @@ def _top(module_name: str | None) -> str:
 def versioned(module_name: str | None) -> bool:
     """Whether a module's code is covered by a version in the key rather than by its code."""
     return _top(module_name) in _VERSIONED
+
+
+@functools.cache
+def _installed_file(module_name: str) -> str | None:
+    """The file of a module an installed package holds (site-packages), whose version and file
+    digest describe its code; None for the user's own code."""
+    path = getattr(sys.modules.get(module_name), "__file__", None)
+    if path is None or not any(part in ("site-packages", "dist-packages")
+                               for part in Path(path).parts):
+        return None
+    return path
 
 
 @functools.cache
@@ -179,6 +190,9 @@ class Describer:
         name = self._type(cls)
         if versioned(cls.__module__):
             return name
+        installed = _installed_file(cls.__module__)
+        if installed is not None:
+            return f"{name} {_file_digest(installed)}"
         try:
             source = inspect.getsource(cls)
         except (OSError, TypeError) as error:
@@ -196,6 +210,10 @@ class Describer:
         if versioned(module_name) or not isinstance(fn, types.FunctionType):
             self._package(module_name)
             return f"function {module_name}.{getattr(fn, '__qualname__', fn)}"
+        installed = _installed_file(module_name or "")
+        if installed is not None:  # the file's digest covers the code of its package's file
+            self._package(module_name)
+            return f"function {module_name}.{fn.__qualname__} {_file_digest(installed)}"
         key = id(fn)
         if key in self.memo:
             return self.memo[key]
@@ -254,9 +272,18 @@ def _names(code: types.CodeType) -> set[str]:
 
 
 def _code(code: types.CodeType) -> list[Any]:
-    return [code.co_code.hex(), [_code(c) if isinstance(c, types.CodeType) else repr(c)
-                                 for c in code.co_consts], list(code.co_names),
+    return [code.co_code.hex(), [_constant(c) for c in code.co_consts], list(code.co_names),
             code.co_argcount, code.co_kwonlyargcount, code.co_flags]
+
+
+def _constant(value: Any) -> Any:
+    """A code object's constant; a frozenset's members in order (their repr's order changes
+    with the process's hash seed)."""
+    if isinstance(value, types.CodeType):
+        return _code(value)
+    if isinstance(value, frozenset):
+        return sorted(repr(v) for v in value)
+    return repr(value)
 
 
 def resolve(module_name: str, qualname: str) -> Any:

@@ -31,7 +31,9 @@ def case(name: str) -> models.Case:
 
 @pytest.fixture
 def exports(monkeypatch):
-    """Counts torch.export calls: one capture per mode is the promise."""
+    """Counts torch.export calls: one capture per mode is the promise (the capture cache off:
+    a Cell of the same model made by an earlier test would be read from it)."""
+    monkeypatch.setenv("MS_ATEN_PROGRAM_CACHE", "off")
     calls: list[int] = []
     export = torch.export.export
 

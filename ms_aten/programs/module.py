@@ -71,6 +71,10 @@ class TorchModule(ProgramCell):
     counts the matches. `strict`: torch.export's argument; None tries non-strict, then strict.
     `compile`: True (or a dict of options) runs each capture as code AOTInductor compiled
     (compile/compiled.py); `cell.program.compiled` says what that took.
+
+    Captures are cached on disk without the weights (programs/stored/, docs/capture_cache.md):
+    a later process with the same model skips them; `capture_cache` says what the cache did
+    for the latest one ("hit", "stored", or why not).
     """
 
     # Whether a forward that a backward follows keeps its autograd graph (AtenFunction).

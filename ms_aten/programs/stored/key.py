@@ -5,7 +5,8 @@ A part is a mapping of names to digests: `classes` has one per module class, `at
 per submodule, `weights` one per parameter and buffer, and so on. The key is the digest of all
 of them. Python values are described (`Describer`) by what they are, never by where they live:
 a function by its code, the constants and names it reads, the globals those names find and its
-closure's cells; a class by its source and its methods; a config by its `to_dict()`; a tensor
+closure's cells; a class by its source and its methods; any other object (a HuggingFace config)
+by all its fields, the private ones too (`to_dict()` leaves out `_attn_implementation`); a tensor
 that is no parameter or buffer by its shape, dtype and bytes. What cannot be described so (a
 class whose source cannot be read: made by `exec`, in a notebook cell) raises Uncacheable,
 and the model is captured every time.
@@ -147,9 +148,6 @@ class Describer:
             return self.function(v)
         if callable(v) and not hasattr(v, "__dict__"):  # a builtin: torch.relu, len
             return f"builtin {getattr(v, '__module__', '')}.{getattr(v, '__qualname__', v)}"
-        to_dict = getattr(v, "to_dict", None)
-        if callable(to_dict) and _top(type(v).__module__) == "transformers":
-            return [self._type(type(v)), self.value(to_dict(), depth + 1)]
         if depth > _DEPTH or _top(type(v).__module__) in _MACHINERY:
             return f"object {self._type(type(v))}"
         state = getattr(v, "__dict__", None)

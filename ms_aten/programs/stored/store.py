@@ -91,9 +91,11 @@ def captured(name: str, parts: Callable[[], Parts], capture: Callable[[], Stored
         return capture(), "off"
     try:
         described = parts()
-    except Uncacheable as why:
-        LOG.info("ms_aten: %s: not cached: %s", name, why)
-        return capture(), f"not cached: {why}"
+    except Exception as why:  # noqa: BLE001  (Uncacheable, or a value no description expects)
+        text = str(why) if isinstance(why, Uncacheable) else \
+            f"its key cannot be made ({type(why).__name__}: {why})"
+        LOG.info("ms_aten: %s: not cached: %s", name, text)
+        return capture(), f"not cached: {text}"
     key = digest(described)
     folder = root / digest([described["model"]]) / key
     with _locked(folder) as writable:

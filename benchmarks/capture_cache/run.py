@@ -4,7 +4,7 @@ first capture's time goes.
 
     .venv/bin/python -m benchmarks.capture_cache.run                  # GPT-2 small
     .venv/bin/python -m benchmarks.capture_cache.run --models qwen2-0.5b   # a quiet machine
-    .venv/bin/python -m benchmarks.capture_cache.run --models gpt2-tiny --out /tmp/c   # smoke
+    .venv/bin/python -m benchmarks.capture_cache.run --quick --out /tmp/c   # tiny GPT-2 (smoke)
 
 Method:
 - Per model, a fresh cache folder ($MS_ATEN_PROGRAM_CACHE); for each route, worker.py in two
@@ -86,10 +86,15 @@ def write_markdown(folder: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--models", nargs="+", default=["gpt2-small"])
+    parser.add_argument("--quick", action="store_true", help="a tiny GPT-2: a smoke run")
     workers.add_report_arguments(parser, FAMILY)
     args = parser.parse_args()
     if workers.report_only(args, write_markdown):
         return
+    if args.quick:
+        if args.out is None:
+            parser.error("--quick writes only with --out")
+        args.models = ["gpt2-tiny"]
     out = args.out or workers.RESULTS
     for model in args.models:
         started, load = time.time(), os.getloadavg()

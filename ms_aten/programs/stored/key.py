@@ -43,6 +43,9 @@ _DEPTH = 8
 # Packages whose objects (locks, loggers, weak references, threads) a module may hold but no
 # capture reads: described by their type.
 _MACHINERY = frozenset({"_thread", "threading", "logging", "weakref", "_weakref", "_weakrefset"})
+# Fields of an object that change from process to process and no capture reads: transformers'
+# GenerationConfig keeps a hash() of itself, salted per process.
+_VOLATILE = frozenset({"_original_object_hash"})
 # Module attributes that are the module's own machinery, described elsewhere (weights,
 # submodules, modes) or not at all (the hooks' id counters).
 _OWN = frozenset({"_parameters", "_buffers", "_modules", "training", "_non_persistent_buffers_set",
@@ -158,7 +161,7 @@ class Describer:
                 raise Uncacheable(f"an attribute of type {self._type(type(v))} has no "
                                   f"description but its address")
             return [self._type(type(v)), text]
-        fields = dict(state or {})
+        fields = {k: x for k, x in (state or {}).items() if k not in _VOLATILE}
         fields.update({s: getattr(v, s) for s in slots if isinstance(s, str) and hasattr(v, s)})
         return [self._type(type(v)), [[k, self.value(x, depth + 1)]
                                       for k, x in sorted(fields.items())]]

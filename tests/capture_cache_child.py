@@ -143,6 +143,10 @@ def scenario(name: str):
     if name == "mlp-width":  # a parameter's shape
         net = mlp(width=7)
         return ms_aten.module(copy.deepcopy(net), (X,)), 0.0
+    if name == "mlp-wide":  # a model no other scenario stores
+        net = mlp(width=9)
+        cell = ms_aten.module(copy.deepcopy(net), (X,))
+        return cell, forward_diff(net, cell, X)
     if name == "mlp-scale":  # a non-tensor attribute forward reads
         net = mlp(scale=2.0)
         cell = ms_aten.module(copy.deepcopy(net), (X,))

@@ -162,10 +162,10 @@ NAMESPACED = ["unshare", "-m", "sh", "-c", '$0 "$1" && shift && exec "$@"']
 def test_a_read_only_folder_is_read_and_a_new_capture_goes_on(stored):
     folder, _, _ = stored
     cache = folder / "programs"
-    results = _namespaced(folder, f"mount --bind -o ro {cache}", cache, ["mlp", "mlp-scale"])
+    results = _namespaced(folder, f"mount --bind -o ro {cache}", cache, ["mlp", "mlp-wide"])
     assert results["mlp"]["cache"] == "hit" and results["mlp"]["diff"] < 1e-4
-    assert results["mlp-scale"]["cache"] == "not stored: the folder cannot be written"
-    assert results["mlp-scale"]["diff"] < 1e-4
+    assert results["mlp-wide"]["cache"] == "not stored: the folder cannot be written"
+    assert results["mlp-wide"]["diff"] < 1e-4
 
 
 @pytest.mark.skipif(not _mounts_allowed(), reason="needs unshare and mount (root)")

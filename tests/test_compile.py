@@ -137,7 +137,9 @@ def test_ten_adam_steps_follow_torch(name, mode, cache_dir):
     assert_follows_torch(case, ms_losses, cell, torch_losses, module, rtol=2e-4)
 
 
-def test_the_cache_serves_a_second_cell_and_a_new_signature_compiles(cache_dir):
+def test_the_cache_serves_a_second_cell_and_a_new_signature_compiles(cache_dir, monkeypatch):
+    # Each Cell captures (the capture cache, which would hand the second the first's key, off).
+    monkeypatch.setenv("MS_ATEN_PROGRAM_CACHE", "off")
     set_mode("pynative")
     case = make_case("gpt2", train=False)
     first = compiled_cell(case, cache_dir)
@@ -356,7 +358,8 @@ def test_buffers_an_inference_compile_updates_are_written_in_place(mode, cache_d
 
 
 @pytest.mark.parametrize("make", [_gpt2, _llama], ids=["gpt2", "llama"])
-def test_a_compiled_causal_lm_decodes_as_transformers_generate(make, mode, cache_dir):
+def test_a_compiled_causal_lm_decodes_as_transformers_generate(make, mode, cache_dir,
+                                                               monkeypatch):
     """One library for the prompt and every token (the sequence dim dynamic), the KV cache
     written in place by the compiled code; back-to-back generations need no reset."""
     torch.manual_seed(0)
@@ -381,7 +384,9 @@ def test_a_compiled_causal_lm_decodes_as_transformers_generate(make, mode, cache
         lm(ms_aten.to_ms(long[:, :1]), ms_aten.to_ms(torch.tensor([CACHE])))
     np.testing.assert_array_equal(
         ms_aten.generate(lm, long.numpy(), max_new_tokens=12).asnumpy(), expected)
-    # Another capture of the model finds the library: the key holds no trace-made names.
+    # Another capture of the model finds the library: the key holds no trace-made names (the
+    # capture cache off: it would hand the new Cell the first capture's key).
+    monkeypatch.setenv("MS_ATEN_PROGRAM_CACHE", "off")
     again = ms_aten.causal_lm(model, max_cache_len=CACHE, compile={"cache_dir": cache_dir})
     assert again.program.compiled.cached and again.program.compiled.key == program.compiled.key
 

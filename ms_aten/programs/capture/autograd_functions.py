@@ -83,7 +83,7 @@ def _autocast_state() -> tuple[tuple[str, torch.dtype], ...]:
 
 
 @dataclass(frozen=True)
-class _Applied:
+class Applied:
     """One application of a Function in a captured forward: its class and the arguments that
     are not tensors, around the tensors the node takes."""
 
@@ -117,7 +117,7 @@ class _Applied:
 
 @dataclass
 class _Entry:
-    applied: _Applied
+    applied: Applied
     # Output shapes and dtypes, for a forward that cannot run on fake tensors (numpy).
     outputs: list[tuple[torch.Size, torch.dtype]] | None = None
     random: bool = False  # its forward draws random numbers: the node is function.random
@@ -229,7 +229,7 @@ def _inside() -> Iterator[None]:
         _STATE.inside = before
 
 
-def _run_once(applied: _Applied, tensors: list[torch.Tensor]
+def _run_once(applied: Applied, tensors: list[torch.Tensor]
               ) -> tuple[Any, _Reads, list[torch.Tensor] | None]:
     """One run of the Function's forward outside the traced graph: on the capture's fake
     tensors, or, for a forward that cannot run on them (numpy), on zeros shaped as they are;
@@ -255,7 +255,7 @@ def _run_once(applied: _Applied, tensors: list[torch.Tensor]
                 return applied.apply(zeros), reads, zeros
 
 
-def _check(applied: _Applied, tensors: list[torch.Tensor]) -> tuple[bool, _Entry]:
+def _check(applied: Applied, tensors: list[torch.Tensor]) -> tuple[bool, _Entry]:
     """CaptureError, naming the Function, for what its node cannot keep (see the module's
     docstring), from one run of its forward kept out of the graph being traced; whether it
     returns a tuple, and its table entry."""
@@ -295,7 +295,7 @@ def _node(cls: type[torch.autograd.Function], args: tuple, kwargs: dict[str, Any
     leaves, spec = pytree.tree_flatten((args, kwargs))
     positions = tuple(i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor))
     tensors = [leaves[i] for i in positions]
-    applied = _Applied(cls, spec, tuple(None if i in positions else leaf
+    applied = Applied(cls, spec, tuple(None if i in positions else leaf
                                         for i, leaf in enumerate(leaves)), positions,
                        _autocast_state())
     returns_tuple, entry = _check(applied, tensors)
@@ -371,12 +371,16 @@ def own(owner: object, gm: torch.fx.GraphModule) -> None:
     """`owner` (a program built from `gm`) calls gm's Function nodes: their entries live until
     it is freed. The entries this thread's captures made that no program took are freed: the
     graph a capture traces is built before the next one starts."""
-    found = keys(gm)
+    own_keys(owner, keys(gm))
+
+
+def own_keys(owner: object, found: list[int]) -> None:
+    """`owner` (a program) calls the Function nodes `found`: own()."""
     with _LOCK:
         for key in found:
             _APPLIED[key].owners += 1
     weakref.finalize(owner, _release, found).atexit = False
-    pending = getattr(_STATE, "pending", [])
+    pending = _pending()
     taken = set(found)
     _release([key for key in pending if key not in taken and key in _APPLIED
               and _APPLIED[key].owners == 0])
@@ -491,19 +495,25 @@ def identities(gm: torch.fx.GraphModule) -> list[str]:
     return found
 
 
-def applied(key: int) -> tuple[type[torch.autograd.Function], pytree.TreeSpec, tuple[Any, ...],
-                               tuple[int, ...]]:
-    """What the Function node `key` applies: its class, the structure of its arguments, their
-    leaves (None where a tensor goes) and where its tensors go (a stored capture keeps these,
-    programs/stored/)."""
-    found = _APPLIED[key]
-    return found.cls, found.spec, found.constants, found.tensor_leaves
+def stored(key: int) -> tuple[Applied, bool] | None:
+    """What the Function node `key` applies, and whether it draws random numbers, for a stored
+    capture (programs/stored/); None for a node whose entry holds more than that (the output
+    shapes of a forward run on zeros), which a store does not keep."""
+    entry = _APPLIED[key]
+    return None if entry.outputs is not None else (entry.applied, entry.random)
 
 
-def apply_as_node(cls: type[torch.autograd.Function], spec: pytree.TreeSpec,
-                  constants: tuple[Any, ...], tensor_leaves: tuple[int, ...]) -> int:
-    """The key of a new Function node that applies `cls` as `applied` described it: a stored
-    capture's Function, in a process that did not capture it."""
+def apply_as_node(applied: Applied, random: bool) -> int:
+    """The key of a new Function node that applies `applied`: a stored capture's Function, in
+    a process that did not capture it; the program made with it owns it (own_keys)."""
     key = next(_KEYS)
-    _APPLIED[key] = _Applied(cls, spec, constants, tensor_leaves)
+    with _LOCK:
+        _APPLIED[key] = _Entry(applied, random=random)
+    _pending().append(key)  # freed at this thread's next build if no program owns it
     return key
+
+
+def _pending() -> list[int]:
+    if getattr(_STATE, "pending", None) is None:
+        _STATE.pending = []
+    return _STATE.pending

@@ -298,46 +298,59 @@ def _replace(program: Program, **changes: Any) -> Program:
 
 def _functions_of(program: Program) -> dict[str, Any]:
     """The custom Functions the program's nodes apply, by their keys in this process: each
-    class by name, with its code's description, and its arguments' structure and constants."""
+    class by name, with its code's description, its arguments' structure and constants, the
+    autocast it runs under and whether it draws random numbers."""
     keys = sorted({int(m.group(2)) for m in _FUNCTION_KEY.finditer(
         f"{program.spec}\n{program.vjp_spec}")})
     functions = {}
     for key in keys:
-        cls, spec, constants, tensor_leaves = autograd_functions.applied(key)
+        found = autograd_functions.stored(key)
+        if found is None:
+            raise Uncacheable(f"a torch.autograd.Function of the program (node {key}) ran on "
+                              f"zeros for its output shapes, which a stored capture does not keep")
+        applied, random = found
+        cls = applied.cls
         if resolve(cls.__module__, cls.__qualname__) is not cls:
             raise Uncacheable(f"torch.autograd.Function {cls.__qualname__} is not the class "
                               f"its name finds in {cls.__module__}")
-        if not all(c is None or type(c) in (bool, int, float, str) for c in constants):
+        if not all(c is None or type(c) in (bool, int, float, str) for c in applied.constants):
             raise Uncacheable(f"torch.autograd.Function {cls.__qualname__} is applied to "
                               f"arguments other than tensors, numbers and strings")
         functions[str(key)] = {
             "module": cls.__module__, "qualname": cls.__qualname__,
-            "code": Describer().cls(cls), "spec": pytree.treespec_dumps(spec),
-            "constants": list(constants), "tensor_leaves": list(tensor_leaves)}
+            "code": Describer().cls(cls), "spec": pytree.treespec_dumps(applied.spec),
+            "constants": list(applied.constants), "tensor_leaves": list(applied.tensor_leaves),
+            "autocast": [[device, str(dtype).removeprefix("torch.")]
+                         for device, dtype in applied.autocast],
+            "random": random}
     return functions
 
 
 def _functions_from(entry: dict[str, Any], stored: Stored) -> Stored:
-    """The stored program with its Function nodes keyed in this process: each Function found
-    by name, its code as it was stored (Uncacheable naming it otherwise)."""
+    """The stored program with its Function nodes keyed in this process (and owned by it, as a
+    capture's program owns its nodes): each Function found by name, its code as it was stored
+    (Uncacheable naming it otherwise)."""
     functions = entry["functions"]
     if not functions:
         return stored
-    keys: dict[str, str] = {}
+    keys: dict[str, int] = {}
     for old, f in functions.items():
         cls = resolve(f["module"], f["qualname"])
         if Describer().cls(cls) != f["code"]:
             raise Uncacheable(f"the code of torch.autograd.Function {f['qualname']} changed")
-        keys[old] = str(autograd_functions.apply_as_node(
+        applied = autograd_functions.Applied(
             cls, pytree.treespec_loads(f["spec"]), tuple(f["constants"]),
-            tuple(f["tensor_leaves"])))
+            tuple(f["tensor_leaves"]),
+            tuple((device, getattr(torch, dtype)) for device, dtype in f["autocast"]))
+        keys[old] = autograd_functions.apply_as_node(applied, f["random"])
 
     def rekey(text: str) -> str:
-        return _FUNCTION_KEY.sub(lambda m: m.group(1) + keys[m.group(2)], text)
+        return _FUNCTION_KEY.sub(lambda m: m.group(1) + str(keys[m.group(2)]), text)
 
     program = stored.program
     stored.program = _replace(program, spec=rekey(program.spec),
                               vjp_spec=rekey(program.vjp_spec))
+    autograd_functions.own_keys(stored.program, list(keys.values()))
     return stored
 
 

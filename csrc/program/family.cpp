@@ -1,6 +1,7 @@
 #include "program/family.h"
 
 #include <algorithm>
+#include <atomic>
 #include <iterator>
 #include <stdexcept>
 #include <unordered_map>
@@ -22,6 +23,9 @@ struct Captured {
 struct Registry {
   std::mutex mutex;
   std::unordered_map<std::string, std::unordered_map<std::string, Captured>> families;
+  // Bumped by each registration, so that a kernel's remembered program is found again when a
+  // key's programs were replaced.
+  std::atomic<uint64_t> generation{0};
 };
 
 Registry& registry() {
@@ -43,6 +47,7 @@ void register_programs(const std::string& id, const std::string& key, const std:
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.families[id][key] = std::move(captured);
+  r.generation.fetch_add(1, std::memory_order_release);
 }
 
 void forget_programs(const std::string& id) {
@@ -141,10 +146,15 @@ std::shared_ptr<const Program> ProgramFamily::select(int nparam, const int* ndim
   }
   std::string key = signature_key(count_, ndims + first_, shapes + first_, dtypes + first_);
   std::lock_guard<std::mutex> lock(mutex_);
-  if (last_ && (key == last_key_ || last_key_ == kAnySignature)) return last_;
+  const uint64_t generation = registry().generation.load(std::memory_order_acquire);
+  if (last_ && generation == last_generation_ &&
+      (key == last_key_ || last_key_ == kAnySignature)) {
+    return last_;
+  }
   auto program = find(key);
   if (!program) throw std::runtime_error("no program was captured for inputs (" + key + ")");
   last_ = program;
+  last_generation_ = generation;
   last_key_ = find(kAnySignature) == program ? kAnySignature : std::move(key);
   return last_;
 }

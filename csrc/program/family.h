@@ -20,6 +20,7 @@
 //     vjp2    the backward's own backward (recomputes)
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,7 +31,9 @@ namespace ms_aten {
 
 // Registers the forward and VJP programs of family `id` for the user-input signature `key`
 // (signature_key's format), and the VJP's own backward (vjp2) from the VJP's spec. Throws
-// std::invalid_argument if a spec cannot be decoded.
+// std::invalid_argument if a spec cannot be decoded. A key registered again replaces its
+// programs (a module captured again after a change, Python's runtime/changes.py): every kernel
+// of the family runs the new ones from its next launch.
 void register_programs(const std::string& id, const std::string& key, const std::string& call,
                        const std::string& vjp);
 
@@ -79,6 +82,7 @@ class ProgramFamily {
   mutable std::mutex mutex_;
   mutable std::string last_key_;
   mutable std::shared_ptr<const Program> last_;
+  mutable uint64_t last_generation_ = 0;  // the registry's generation when last_ was found
   // A record kernel: the handle of the graph it parked last, and whether it still records.
   mutable std::mutex record_mutex_;
   mutable int64_t last_handle_ = 0;

@@ -6,13 +6,16 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
-from mindspore import PYNATIVE_MODE, Parameter, ParameterTuple, get_context
+from mindspore import PYNATIVE_MODE, Parameter, ParameterTuple, Tensor, get_context
 from torch.export import ExportedProgram
 
+from ..native import library
 from ..native.convert import to_ms, to_torch
 from .base import Signature
 from .capture.export import DynamicShapes, example_like, export
+from .capture.guards import Change, Guards
 from .capture.opaque import regions_in
 from .capture.structure import Inputs, Node, output_nodes
 from .compile.compiled import (
@@ -23,6 +26,7 @@ from .compile.compiled import (
 )
 from .lowering.program import Program, build
 from .runtime.cell import ProgramCell, call
+from .runtime.changes import ChangeCheck, TorchModuleChanged, Weights, after, follow
 from .runtime.primitive import AtenFunction
 from .runtime.verify import Verifier, calls_to_verify, verified_call
 from .stored import key as stored_key
@@ -100,21 +104,12 @@ class TorchModule(ProgramCell):
         self._name = type(module).__name__
         self._take(Inputs.of(module.forward, args, kwargs, f"ms_aten.module({self._name})",
                              f"'{self._name}'", dynamic_shapes))
-        named = [*module.named_parameters(), *module.named_buffers()]
-        self._weight_names = tuple(name for name, _ in named)
-        self._trainable = frozenset(name for name, p in module.named_parameters()
-                                    if p.requires_grad)
+        weights = Weights.of(module)
+        self._weight_names, self._trainable = weights.names, weights.trainable
+        self._aliases, self._state_keys = weights.aliases, weights.state_keys
         self.weights = ParameterTuple(
             Parameter(to_ms(t), name=name, requires_grad=name in self._trainable)
-            for name, t in named)
-        # Other names of one tensor (tied weights) -> its name here; they share one Parameter.
-        by_tensor = {id(t): name for name, t in named}
-        self._aliases = {alias: by_tensor[id(t)] for alias, t in [
-            *module.named_parameters(remove_duplicate=False),
-            *module.named_buffers(remove_duplicate=False)] if by_tensor[id(t)] != alias}
-        self._state_keys = {key: by_tensor[id(t)]
-                            for key, t in module.state_dict(keep_vars=True).items()
-                            if id(t) in by_tensor}
+            for name, t in zip(weights.names, weights.tensors, strict=True))
         self._weight_shapes = [list(p.shape) for p in self.weights]
         self._functions: dict[Capture, tuple[AtenFunction, tuple[Node, ...]]] = {}
         self._opaque: dict[str, None] = {}  # names of the opaque regions, in order
@@ -147,6 +142,13 @@ class TorchModule(ProgramCell):
         self._verifying = self._verifier is not None
         super().set_train(module.training)
         self._select(module.training)
+        # What the capture took from the torch module besides its graph (changes.py).
+        self._guards = Guards(module)
+        # GRAPH mode's check of the torch module, before each launch (a CPU pyfunc op).
+        self._check = ChangeCheck(self) if library.current_target() == "CPU" else None
+        self._check_token = Tensor(np.zeros(1, np.int32))
+        # The changes each capture made again took (runtime/changes.py), oldest first.
+        self.recaptures: list[list[Change]] = []
 
     def _modes(self, training: bool) -> Modes:
         """Each submodule's mode (named_modules' order) for the Cell's mode `training`."""
@@ -240,26 +242,72 @@ class TorchModule(ProgramCell):
     def _select(self, training: bool) -> None:
         key = self._modes(training), self._autocast
         if key not in self._functions:
-            # The primitive keeps its recapture, and a GRAPH-mode graph keeps the primitive until
-            # the Cell is freed: the Cell by a weak reference, or it would never be.
-            cell, name = weakref.ref(self), self._name
-
-            def recapture(signature: Signature) -> Program:
-                this = cell()
-                if this is None:
-                    raise RuntimeError(f"ms_aten.module({name}): the Cell is gone, and "
-                                       f"its primitive cannot capture new input shapes")
-                return this._capture(key, this._inputs.example(
-                    list(example_like(signature))))[0]
-
             program, nodes = self._capture(key, (self._inputs.args, self._inputs.kwargs))
-            self._functions[key] = (
-                AtenFunction(program, recapture, record=self._record,
-                             verifier=self._verifier), nodes)
+            self._functions[key] = (self._function_of(key, program), nodes)
         function, nodes = self._functions[key]
         self._use(function, nodes)
         if self._verifier is not None:
             self._verify_ops = self._verifier.forward_ops(function.program)
+
+    def _function_of(self, key: Capture, program: Program) -> AtenFunction:
+        """The primitive of a capture. It keeps its recapture, and a GRAPH-mode graph keeps the
+        primitive until the Cell is freed: the Cell by a weak reference, or it would never be."""
+        cell, name = weakref.ref(self), self._name
+
+        def recapture(signature: Signature) -> Program:
+            this = cell()
+            if this is None:
+                raise RuntimeError(f"ms_aten.module({name}): the Cell is gone, and "
+                                   f"its primitive cannot capture new input shapes")
+            return this._capture(key, this._inputs.example(list(example_like(signature))))[0]
+
+        return AtenFunction(program, recapture, record=self._record,
+                            verifier=self._verifier)
+
+    def _capture_again(self, changes: list[Change], running: bool) -> None:
+        """A Python value or submodule the forward may read changed (runtime/changes.py): the
+        forward is captured again, for each input signature the primitive serves, over the same
+        Parameters. New programs replace the old ones in the primitive (a graph MindSpore
+        compiled around the Cell runs them from its next launch); a program that comes out the
+        same (a value the forward never read) replaces nothing. New outputs need a new
+        primitive: a Cell called from Python gets one (compiled again in GRAPH mode), a graph
+        that is `running` cannot take it (TorchModuleChanged). The captures of the other modes
+        and autocast dtypes are made again when selected."""
+        key = self._modes(self.training), self._autocast
+        function, _ = self._functions[key]
+        first = function.program.signature
+        program, nodes = self._capture(key, (self._inputs.args, self._inputs.kwargs))
+        programs = {first: program} | {signature: self._capture(key, self._inputs.example(
+            list(example_like(signature))))[0] for signature in function.programs
+            if signature != first}
+        self._functions = {key: (function, nodes)}
+        self.recaptures.append(changes)
+        if all((p.spec, p.vjp_spec) == (function.programs[s].spec, function.programs[s].vjp_spec)
+               for s, p in programs.items()):
+            return
+        why = function.replace(programs) if nodes == self._nodes else "its outputs changed"
+        if why is None:
+            return
+        if running:
+            raise TorchModuleChanged(
+                f"ms_aten.module({self._name}): after {changes[0].describe()}, the forward "
+                f"captured again has other outputs ({why}), which the graph MindSpore compiled "
+                f"around the Cell cannot take; call the Cell from Python, or compile the graph "
+                f"again")
+        function = self._function_of(key, program)
+        self._functions = {key: (function, nodes)}
+        self._use(function, nodes)
+        # MindSpore keys a compiled top-level Cell on its creation time: compile it again.
+        object.__setattr__(self, "_create_time", self.create_time + 1)
+
+    def _follow_tree(self, weights: Weights) -> None:
+        """A submodule replaced (runtime/changes.py): its modes, by name, and the weights'
+        names for the torch state dict."""
+        module = self._torch_module
+        self._torch_submodules = dict(module.named_modules())
+        self._train_modes = {name: self._train_modes.get(name, m.training or not module.training)
+                             for name, m in self._torch_submodules.items()}
+        self._state_keys = weights.state_keys
 
     def set_train(self, mode: bool = True) -> TorchModule:
         """MindSpore's mode switch as torch's: False is `model.eval()`; True gives each
@@ -308,12 +356,19 @@ class TorchModule(ProgramCell):
         return (f"{super().extend_repr()}\nmode: {mode}{f' ({modes})' if modes else ''}"
                 f"{regions}\n{self._torch_module!r}")
 
+    def __call__(self, *args, **kwargs):
+        # A call from Python (PYNATIVE, or a GRAPH-mode Cell called at the top): the torch
+        # module's changes since the capture are applied first (changes.py).
+        follow(self)
+        return super().__call__(*args, **kwargs)
+
     def construct(self, *args, **kwargs):
+        inputs = after(self._check, self._check_token, self._leaves(args, kwargs))
         if self._verifying:
             keep, check = self._verify_ops
             return self._outputs(verified_call(self._function, keep, check, self.weights,
-                                               self._leaves(args, kwargs)), kwargs)
-        return self._outputs(call(self._function, self.weights, self._leaves(args, kwargs)), kwargs)
+                                               inputs), kwargs)
+        return self._outputs(call(self._function, self.weights, inputs), kwargs)
 
     def torch_state_dict(self) -> dict[str, torch.Tensor]:
         """The current weights as the torch module's state dict (same keys), so a model trained

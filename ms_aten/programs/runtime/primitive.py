@@ -261,6 +261,26 @@ class AtenFunction(_ProgramPrimitive):
         self.programs[signature] = program
         return program
 
+    def replace(self, programs: dict[Signature, Program]) -> str | None:
+        """Runs `programs` (new captures of this primitive's signatures) from the next launch of
+        every kernel of the family, in every graph that holds the primitive (the library's
+        registration replaces them: csrc/program/family.h); or, without replacing anything,
+        why they cannot: what MindSpore compiled for the old outputs would not fit."""
+        for signature, program in programs.items():
+            old = self.programs[signature]
+            if (program.n_results, program.n_states, program.written, program.dynamic,
+                    program.result_dtypes()) != (old.n_results, old.n_states, old.written,
+                                                 old.dynamic, old.result_dtypes()) \
+                    or (not program.dynamic and program.result_shapes() != old.result_shapes()):
+                return f"its outputs for inputs ({signature.describe()}) changed"
+        for signature, program in programs.items():
+            _register(self.family, program)
+            self.programs[signature] = program
+            if signature == self.program.signature:
+                self.program = program
+        self._shapes.clear()
+        return None
+
     def output_shapes(self, shapes: list[list[int]]) -> list[list[int]]:
         """A dynamic capture's output shapes for inputs of these shapes (weights first; -1 for
         a size not known yet); ValueError naming an input size outside its range."""

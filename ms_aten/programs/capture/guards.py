@@ -1,0 +1,217 @@
+"""What a capture took from the torch module besides its graph, recorded so that a later change
+is seen (module.py applies it) instead of silently ignored: the submodule tree (which object
+sits at each name), each weight (which tensor object, its version counter, storage, shape,
+dtype) and every Python value the modules and the plain objects they hold (a HuggingFace
+config) keep in their `__dict__` (numbers, bools, strings, None, containers of them: a
+`Dropout.p`, a λ, a config flag; other objects by identity, hooks by their keys).
+
+All values are recorded, not only those the forward read: torch.export gives no list of the
+Python values it read, and intercepting attribute reads would change the modules' classes under
+TorchDynamo (strict captures). A change to a value the forward never read therefore costs one
+capture again, whose program is then the same and is not installed (module.py).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# nn.Module's own tables, checked as the tree and the weights; `training` is the modes'.
+_MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules", "training"})
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device,
+          torch.Size)
+_MISSING = object()
+
+
+def _is_plain(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, _PLAIN):
+        return True
+    if depth > 3:
+        return False
+    if isinstance(value, (tuple, list, frozenset, set)):
+        return all(_is_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(_is_plain(k, depth + 1) and _is_plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # a value whose == is not a bool: changed, to be safe
+        return False
+
+
+@dataclass(frozen=True)
+class Change:
+    """One thing that changed since the capture: `kind` is weight, attribute or module."""
+
+    kind: str
+    path: str
+    old: Any
+    new: Any
+
+    def describe(self) -> str:
+        return f"{self.kind} '{self.path}' was {_show(self.old)}, now {_show(self.new)}"
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "absent"
+    if isinstance(value, torch.Tensor):
+        return f"a tensor {str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+    if isinstance(value, _Identity):
+        return value.text
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True)
+class _Identity:
+    """A non-plain value, compared by identity (a function, an object)."""
+
+    obj: Any
+    text: str
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+
+def _recorded(value: Any) -> Any:
+    """The form in which a `__dict__` value is kept and compared."""
+    if _is_plain(value):
+        return copy.deepcopy(value)  # a list edited in place must show as changed
+    if isinstance(value, dict) and all(isinstance(k, (str, int)) for k in value):
+        # hooks and other tables of objects: their keys and the objects at them
+        return tuple((k, id(v)) for k, v in value.items())
+    return _Identity(value, f"{type(value).__qualname__} object at {id(value):#x}")
+
+
+@dataclass
+class _Weight:
+    path: str
+    table: dict[str, Any]  # the owner's _parameters or _buffers
+    name: str
+    tensor: torch.Tensor
+    version: int
+    pointer: int
+
+
+class Guards:
+    """The state of a torch module a capture depends on; `changes()` lists what differs now.
+
+    Cheap enough to run before every call: identities, integers and the recorded values are
+    compared, nothing is copied. `weights()` / `tree()` / `values()` split the changes by what
+    they need: a weight's new values are copied, a new tree or value needs a capture again."""
+
+    def __init__(self, module: torch.nn.Module):
+        self._module = module
+        self.record()
+
+    def record(self) -> None:
+        """Takes the module's state as it is now as the captured one."""
+        module = self._module
+        self._tree = [(parent._modules, dict(parent._modules), prefix)
+                      for prefix, parent in module.named_modules(remove_duplicate=False)]
+        self._weights = [self._weight(prefix, owner, table, name)
+                         for prefix, owner in module.named_modules(remove_duplicate=False)
+                         for table in (owner._parameters, owner._buffers)
+                         for name in table if table[name] is not None]
+        self._values: list[tuple[dict[str, Any], int, dict[str, Any], str]] = []
+        seen: set[int] = set()
+        for prefix, owner in module.named_modules():
+            self._hold(owner, prefix, seen)
+
+    def _weight(self, prefix: str, owner: torch.nn.Module, table: dict[str, Any],
+                name: str) -> _Weight:
+        tensor = table[name]
+        return _Weight(f"{prefix}{'.' if prefix else ''}{name}", table, name, tensor,
+                       tensor._version, tensor.data_ptr())
+
+    def _hold(self, obj: Any, path: str, seen: set[int]) -> None:
+        """Records obj's `__dict__` values, and those of the plain objects it holds (a config,
+        one level down)."""
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        state = getattr(obj, "__dict__", None)
+        if not isinstance(state, dict):
+            return
+        kept = {}
+        for key, value in state.items():
+            if key in _MODULE_TABLES or isinstance(value, torch.nn.Module):
+                continue
+            kept[key] = _recorded(value)
+            if _holds_values(value) and isinstance(obj, torch.nn.Module):
+                self._hold(value, f"{path}{'.' if path else ''}{key}", seen)
+        self._values.append((state, len(state), kept, path))
+
+    def weights(self) -> list[tuple[_Weight, torch.Tensor | None]]:
+        """The weights whose tensor object, version or storage changed: (record, tensor now)."""
+        changed = []
+        for weight in self._weights:
+            now = weight.table.get(weight.name)
+            if now is not weight.tensor or now._version != weight.version \
+                    or now.data_ptr() != weight.pointer:
+                changed.append((weight, now))
+        return changed
+
+    def tree(self) -> list[Change]:
+        """Submodules replaced, added or removed."""
+        changes = []
+        for table, kept, prefix in self._tree:
+            if len(table) == len(kept) and all(table.get(k) is v for k, v in kept.items()):
+                continue
+            for name in {*kept, *table}:
+                old, new = kept.get(name, _MISSING), table.get(name, _MISSING)
+                if old is not new:
+                    changes.append(Change("module", f"{prefix}{'.' if prefix else ''}{name}",
+                                          _kind(old), _kind(new)))
+        return changes
+
+    def values(self) -> list[Change]:
+        """Python values changed, added or removed in a module's or config's `__dict__`."""
+        changes = []
+        for state, size, kept, path in self._values:
+            if len(state) == size and all(_same(kept[k], _recorded_now(state.get(k, _MISSING)))
+                                          for k in kept):
+                continue
+            for key in {*kept, *state} - _MODULE_TABLES:
+                old = kept.get(key, _MISSING)
+                new = state.get(key, _MISSING)
+                if isinstance(new, torch.nn.Module) or (old is _MISSING and key not in kept and
+                                                        isinstance(new, torch.nn.Module)):
+                    continue
+                if not _same(old, _recorded_now(new)):
+                    changes.append(Change("attribute", f"{path}{'.' if path else ''}{key}",
+                                          old, new))
+        return changes
+
+
+def _kind(module: Any) -> Any:
+    return module if module is _MISSING or module is None else \
+        _Identity(module, f"a {type(module).__name__}")
+
+
+def _recorded_now(value: Any) -> Any:
+    """A current value in the form _recorded keeps, without copying a plain one."""
+    if value is _MISSING or _is_plain(value):
+        return value
+    return _recorded(value)
+
+
+def _holds_values(value: Any) -> bool:
+    """An object whose own attributes a forward may read (a config, a namespace): not a
+    tensor, a module, a function or a class."""
+    return (hasattr(value, "__dict__") and not isinstance(
+        value, (torch.Tensor, torch.nn.Module, type)) and not callable(value))

@@ -146,7 +146,8 @@ class TorchModule(ProgramCell):
         self._guards = Guards(module)
         # GRAPH mode's check of the torch module, before each launch (a CPU pyfunc op).
         self._check = ChangeCheck(self) if library.current_target() == "CPU" else None
-        self._check_token = Tensor(np.zeros(1, np.int32))
+        # Primitives a change replaced (by family) -> why: a graph still holding one refuses.
+        self._retired: dict[int, str] = {}
         # The changes each capture made again took (runtime/changes.py), oldest first.
         self.recaptures: list[list[Change]] = []
 
@@ -294,6 +295,12 @@ class TorchModule(ProgramCell):
                 f"captured again has other outputs ({why}), which the graph MindSpore compiled "
                 f"around the Cell cannot take; call the Cell from Python, or compile the graph "
                 f"again")
+        self._retired[int(function.family)] = (
+            f"ms_aten.module({self._name}): after {changes[0].describe()}, the forward "
+            f"captured again has other outputs ({why}); the Cell called from Python runs it, "
+            f"but a graph MindSpore compiled around the Cell before the change holds the old "
+            f"program and cannot take it: compile that graph again (a new ms.jit function, "
+            f"value_and_grad or Cell)")
         function = self._function_of(key, program)
         self._functions = {key: (function, nodes)}
         self._use(function, nodes)
@@ -308,6 +315,12 @@ class TorchModule(ProgramCell):
         self._train_modes = {name: self._train_modes.get(name, m.training or not module.training)
                              for name, m in self._torch_submodules.items()}
         self._state_keys = weights.state_keys
+
+    def _use(self, function: AtenFunction, nodes: tuple[Node, ...]) -> None:
+        super()._use(function, nodes)
+        # The primitive a graph compiled from now on holds, a constant of that graph, which its
+        # ChangeCheck receives at each launch.
+        self._check_token = Tensor(np.array([int(function.family)], np.int64))
 
     def set_train(self, mode: bool = True) -> TorchModule:
         """MindSpore's mode switch as torch's: False is `model.eval()`; True gives each

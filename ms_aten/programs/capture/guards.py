@@ -156,15 +156,26 @@ class Guards:
                 self._hold(value, f"{path}{'.' if path else ''}{key}", seen)
         self._values.append((state, len(state), kept, path))
 
-    def weights(self) -> list[tuple[_Weight, torch.Tensor | None]]:
-        """The weights whose tensor object, version or storage changed: (record, tensor now)."""
-        changed = []
-        for weight in self._weights:
-            now = weight.table.get(weight.name)
-            if now is not weight.tensor or now._version != weight.version \
-                    or now.data_ptr() != weight.pointer:
-                changed.append((weight, now))
-        return changed
+    def weights(self, moved: bool = False) -> list[tuple[str, torch.Tensor | None]]:
+        """The weights whose tensor object, version or storage changed: (path, tensor now, or
+        None where it is gone). `moved`: submodules were replaced, so that the weights are
+        looked up by path in the tree as it is now, not in the tables of the capture's."""
+        if not moved:
+            return [(weight.path, now) for weight in self._weights
+                    if (now := weight.table.get(weight.name)) is not weight.tensor
+                    or now._version != weight.version or now.data_ptr() != weight.pointer]
+        kept = {weight.path: weight for weight in self._weights}
+        changed: list[tuple[str, torch.Tensor | None]] = []
+        for prefix, owner in self._module.named_modules(remove_duplicate=False):
+            for table in (owner._parameters, owner._buffers):
+                for name, now in table.items():
+                    path = f"{prefix}{'.' if prefix else ''}{name}"
+                    weight = kept.pop(path, None)
+                    if now is not None and (weight is None or now is not weight.tensor
+                                            or now._version != weight.version
+                                            or now.data_ptr() != weight.pointer):
+                        changed.append((path, now))
+        return changed + [(path, None) for path in kept]
 
     def tree(self) -> list[Change]:
         """Submodules replaced, added or removed."""

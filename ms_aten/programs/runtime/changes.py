@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from mindspore import Parameter, Tensor, ops
 
-from ...native import dtypes
+from ...native import dtypes, library
 from ...native.convert import to_ms, to_torch
 from ..base import CaptureError
 from ..capture.guards import Change
@@ -63,33 +63,49 @@ def follow(cell: Any, running: bool = False) -> None:
     """`cell` (a TorchModule: its _guards, weights, _follow_tree and _capture_again) takes the torch module's changes since the capture (or since the last call): weights
     copied, a forward captured again; TorchModuleChanged for what cannot be followed."""
     guards = cell._guards
-    tree, values, written = guards.tree(), guards.values(), guards.weights()
+    tree, values = guards.tree(), guards.values()
+    written = guards.weights(moved=bool(tree))
     if not (tree or values or written):
         return
     owner = f"ms_aten.module({cell._name})"
-    if tree or any(now is not record.tensor for record, now in written):
+    if tree or written:
         weights = Weights.of(cell._torch_module)
         _check_same_weights(owner, cell, weights)
         if tree:
             cell._follow_tree(weights)
     parameters = dict(zip(cell._weight_names, cell.weights, strict=True))
-    for record, tensor in written:
-        name = cell._aliases.get(record.path, record.path)
+    for path, tensor in written:
+        name = cell._aliases.get(path, path)
         if name not in parameters or tensor is None:
-            raise TorchModuleChanged(f"{owner}: the torch module's weight '{record.path}' was "
+            raise TorchModuleChanged(f"{owner}: the torch module's weight '{path}' was "
                                      f"removed after the capture; a Cell keeps its Parameters: "
                                      f"make another ms_aten.module for the new model")
         parameter = parameters[name]
-        _check_tensor(owner, record.path, tensor, parameter, name in cell._trainable)
-        if running:
-            # A graph's launch (ChangeCheck, CPU): the values go into the memory the running
-            # graph reads, the Parameter's own (asnumpy is a view of it on the CPU).
-            to_torch(parameter, copy=False).copy_(tensor.detach())
-        else:
-            parameter.set_data(to_ms(tensor))
+        _check_tensor(owner, path, tensor, parameter, name in cell._trainable)
+        if not _write(parameter, tensor, running):
+            raise TorchModuleChanged(
+                f"{owner}: the torch module's weight '{path}' was written after the graph "
+                f"MindSpore compiled around the Cell was built, and the running graph's memory "
+                f"for its Parameter could not be written; write the Cell's Parameter instead")
     if tree or values:
         cell._capture_again([*tree, *values], running)
     guards.record()
+
+
+def _write(parameter: Parameter, tensor: torch.Tensor, running: bool) -> bool:
+    """tensor's values into the Parameter's own memory, which the graphs MindSpore compiled
+    read (on the CPU, asnumpy is a view of it): a running graph's next kernel sees them, as a
+    graph compiled before does. Elsewhere, or where the memory is not there to write (checked
+    by reading it back), set_data, which a running graph would not see: False then."""
+    if library.current_target() == "CPU":
+        memory = to_torch(parameter, copy=False)
+        memory.copy_(tensor.detach())
+        if torch.equal(to_torch(parameter, copy=False), memory):
+            return True
+    if running:
+        return False
+    parameter.set_data(to_ms(tensor))
+    return True
 
 
 def _check_same_weights(owner: str, cell: Any, weights: Weights) -> None:
@@ -137,8 +153,9 @@ class ChangeCheck(ops.Custom):
     of such a graph but this op's, a CPU pyfunc. When MindSpore builds the graph, it takes the
     torch module's changes as a call from Python does; at each launch it captures the forward
     again for a changed Python value (the new programs replace the old ones in the primitive,
-    so this launch runs them) and refuses a weight written since the graph was built (a
-    running graph cannot take new Parameter values). PYNATIVE runs no op: the Cell's
+    so this launch runs them), writes the weights written in torch into the Parameters' memory
+    (the graph's), and refuses to run a primitive a change replaced (its token: the family the
+    graph was compiled with). PYNATIVE runs no op: the Cell's
     `__call__` took the changes."""
 
     def __init__(self, cell: Any):
@@ -153,6 +170,9 @@ class ChangeCheck(ops.Custom):
         def at_launch(token: np.ndarray) -> np.ndarray:
             this = ref()
             if this is not None:
+                retired = this._retired.get(int(token[0]))
+                if retired is not None:
+                    raise TorchModuleChanged(retired)
                 follow(this, running=True)
             return token
 

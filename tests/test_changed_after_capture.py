@@ -1,0 +1,211 @@
+"""The torch module changed after ms_aten.module captured it (issue 58, item 5): each change is
+seen by the next call, in both modes, or refused by name. Values and every gradient against
+torch eager after the change; GRAPH mode through one graph compiled before the changes (a loss
+Cell under value_and_grad), so the check at each launch is what sees them."""
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+import pytest
+import torch
+import transformers
+from mindspore import nn
+
+import ms_aten
+from ms_aten import to_ms, to_torch
+from ms_aten.programs.runtime.changes import TorchModuleChanged
+
+from common import set_mode
+
+X = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+WEIGHTS = torch.arange(3.0) + 1
+
+
+class GradReverse(torch.autograd.Function):
+    """DANN's gradient reversal: identity forward, -λ times the gradient backward."""
+
+    @staticmethod
+    def forward(ctx, x, lambd):
+        ctx.lambd = lambd
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -ctx.lambd * grad, None
+
+
+class Net(torch.nn.Module):
+    """A Linear, an activation, a Dropout, a scale, a gradient reversal of weight λ and a
+    config flag: every kind of value a forward reads."""
+
+    def __init__(self, function: bool = True):
+        super().__init__()
+        self.function = function
+        self.fc = torch.nn.Linear(4, 3)
+        self.act = torch.nn.GELU()
+        self.drop = torch.nn.Dropout(0.0)
+        self.scale = 1.0
+        self.lambd = 1.0
+        self.config = transformers.PretrainedConfig(use_gate=False)
+
+    def forward(self, x):
+        h = self.drop(self.act(self.fc(x))) * self.scale
+        if self.config.use_gate:
+            h = h * torch.sigmoid(h)
+        if not self.function:
+            return h
+        return GradReverse.apply(h, self.lambd) + 0.5 * h  # apply called directly (item 1)
+
+
+class Weighted(nn.Cell):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.weights = ms.Tensor(WEIGHTS.numpy())
+
+    def construct(self, x):
+        return (self.net(x) * self.weights).sum()
+
+
+class Case:
+    """A model, its Cell and one gradient function, made before any change (in GRAPH mode one
+    graph, compiled once)."""
+
+    def __init__(self, mode: str, train: bool = False, function: bool = True):
+        set_mode(mode)
+        torch.manual_seed(0)
+        self.model = Net(function).train(train)
+        self.cell = ms_aten.module(self.model, (X,))
+        self.grad = ms.value_and_grad(Weighted(self.cell), 0, self.cell.trainable_params())
+
+    def check(self) -> None:
+        """cell(x) from Python and the loss's value and gradients (input and every weight),
+        against torch eager on the torch module as it is now."""
+        x = X.clone().requires_grad_(True)
+        self.model.zero_grad()
+        value = (self.model(x) * WEIGHTS).sum()
+        value.backward()
+        assert self.model.drop.p == 1.0 or x.grad.abs().min() > 0  # no vacuous comparison
+        torch.testing.assert_close(to_torch(self.cell(to_ms(X))), self.model(X).detach(),
+                                   rtol=1e-5, atol=1e-6)
+        got, (grad_x, grad_weights) = self.grad(to_ms(X))
+        assert abs(float(got) - value.item()) < 1e-5, (float(got), value.item())
+        torch.testing.assert_close(to_torch(grad_x), x.grad, rtol=1e-5, atol=1e-6)
+        parameters = dict(self.model.named_parameters())
+        for parameter, grad in zip(self.cell.trainable_params(), grad_weights, strict=True):
+            torch.testing.assert_close(to_torch(grad), parameters[parameter.name.removeprefix("net.")].grad,
+                                       rtol=1e-5, atol=1e-6, msg=parameter.name)
+
+
+MODES = ["graph", "pynative"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_python_values_read_in_forward(mode):
+    case = Case(mode)
+    case.check()
+    case.model.scale = 2.5  # a float attribute
+    case.check()
+    for lambd in (0.1, 0.4, 0.7, 1.0):  # DANN's schedule: λ changed every step
+        case.model.lambd = lambd
+        case.check()
+    case.model.config.use_gate = True  # a HuggingFace config flag
+    case.check()
+    assert [c.path for changes in case.cell.recaptures for c in changes] == [
+        "scale", "lambd", "lambd", "lambd", "lambd", "config.use_gate"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dropout_schedule(mode):
+    case = Case(mode, train=True)
+    case.model.drop.p = 0.5
+    case.cell(to_ms(X))  # random: not comparable, but the program draws from here on
+    case.model.drop.p = 1.0  # everything dropped: zeros, and zero gradients
+    case.check()
+    assert not to_torch(case.cell(to_ms(X))).any()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_new_outputs(mode):
+    """p from 0 to 1 makes the program random: a new output (the RNG state), so a new
+    primitive. A call from Python runs it; a graph compiled before the change refuses."""
+    case = Case(mode, train=True)
+    case.check()
+    case.model.drop.p = 1.0
+    if mode == "pynative":
+        case.check()
+        return
+    torch.testing.assert_close(to_torch(case.cell(to_ms(X))), torch.zeros(2, 3))
+    with pytest.raises(TorchModuleChanged, match=r"after attribute 'drop\.p' was 0\.0, now 1\.0"
+                                                 r".*compile that graph again"):
+        case.grad(to_ms(X))
+    case.grad = ms.value_and_grad(Weighted(case.cell), 0, case.cell.trainable_params())
+    case.check()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_weights_written_in_torch(mode):
+    case = Case(mode)
+    state = {k: torch.randn_like(v) for k, v in case.model.state_dict().items()}
+    case.model.load_state_dict(state)  # build, wrap, then load pretrained weights
+    case.check()
+    with torch.no_grad():
+        case.model.fc.weight.mul_(2)  # an in-place edit
+    case.check()
+    case.model.fc.bias = torch.nn.Parameter(torch.randn(3))  # a Parameter object replaced
+    case.check()
+    assert case.cell.recaptures == []  # weights are copied, nothing captured again
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_submodule_replaced(mode):
+    case = Case(mode)
+    case.model.act = torch.nn.Tanh()
+    case.check()
+    case.model.fc = torch.nn.Linear(4, 3)  # new weights under the same names
+    case.check()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unread_value_changes_nothing(mode):
+    case = Case(mode, function=False)  # each capture of a Function is a program of its own
+    primitive, program = case.cell.primitive, case.cell.program
+    case.model.note = "not read by forward"
+    case.model.fc.comment = 3
+    case.check()
+    assert case.cell.primitive is primitive and case.cell.program is program
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_training_state_kept(mode):
+    """The Cell owns its weights: a recapture keeps the Parameters MindSpore trained, and the
+    torch module keeps its own until torch_state_dict() goes back."""
+    case = Case(mode)
+    parameters = list(case.cell.trainable_params())
+    optimizer = nn.SGD(parameters, learning_rate=0.1)
+    _, (_, grads) = case.grad(to_ms(X))
+    optimizer(grads)
+    trained = {p.name.removeprefix("net."): to_torch(p.value()) for p in parameters}
+    assert not torch.equal(trained["fc.weight"], case.model.fc.weight.detach())
+    case.model.scale = 3.0
+    case.cell(to_ms(X))
+    assert list(case.cell.trainable_params()) == parameters
+    for p in parameters:
+        torch.testing.assert_close(to_torch(p.value()), trained[p.name.removeprefix("net.")])
+    case.model.load_state_dict(case.cell.torch_state_dict())  # the trained weights go back
+    case.check()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_changes_refused_by_name(mode):
+    case = Case(mode)
+    case.model.fc.weight = torch.nn.Parameter(torch.randn(3, 5))
+    with pytest.raises(TorchModuleChanged, match=r"weight 'fc\.weight' is now float32\[3, 5\]"):
+        case.cell(to_ms(X))
+    case.model.fc.weight = torch.nn.Parameter(torch.randn(3, 4), requires_grad=False)
+    with pytest.raises(TorchModuleChanged, match=r"requires_grad of the torch module's weight "
+                                                 r"'fc\.weight'"):
+        case.cell(to_ms(X))
+    case.model.fc = torch.nn.Linear(4, 3, bias=False)
+    with pytest.raises(TorchModuleChanged, match=r"removed: \['fc\.bias'\]"):
+        case.cell(to_ms(X))

@@ -5,7 +5,6 @@ Cell under value_and_grad), so the check at each launch is what sees them."""
 from __future__ import annotations
 
 import mindspore as ms
-import numpy as np
 import pytest
 import torch
 import transformers
@@ -93,8 +92,9 @@ class Case:
         torch.testing.assert_close(to_torch(grad_x), x.grad, rtol=1e-5, atol=1e-6)
         parameters = dict(self.model.named_parameters())
         for parameter, grad in zip(self.cell.trainable_params(), grad_weights, strict=True):
-            torch.testing.assert_close(to_torch(grad), parameters[parameter.name.removeprefix("net.")].grad,
-                                       rtol=1e-5, atol=1e-6, msg=parameter.name)
+            expected = parameters[parameter.name.removeprefix("net.")].grad
+            torch.testing.assert_close(to_torch(grad), expected, rtol=1e-5, atol=1e-6,
+                                       msg=parameter.name)
 
 
 MODES = ["graph", "pynative"]

@@ -147,8 +147,7 @@ std::shared_ptr<const Program> ProgramFamily::select(int nparam, const int* ndim
   std::string key = signature_key(count_, ndims + first_, shapes + first_, dtypes + first_);
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t generation = registry().generation.load(std::memory_order_acquire);
-  if (last_ && generation == last_generation_ &&
-      (key == last_key_ || last_key_ == kAnySignature)) {
+  if (last_ && generation == last_generation_ && (key == last_key_ || last_key_ == kAnySignature)) {
     return last_;
   }
   auto program = find(key);

@@ -145,7 +145,7 @@ class TorchModule(ProgramCell):
         # What the capture took from the torch module besides its graph (changes.py).
         self._guards = Guards(module)
         # GRAPH mode's check of the torch module, before each launch (a CPU pyfunc op).
-        self._check = ChangeCheck(self) if library.current_target() == "CPU" else None
+        self._change_check = ChangeCheck(self) if library.current_target() == "CPU" else None
         # Primitives a change replaced (by family) -> why: a graph still holding one refuses.
         self._retired: dict[int, str] = {}
         # The changes each capture made again took (runtime/changes.py), oldest first.
@@ -376,7 +376,7 @@ class TorchModule(ProgramCell):
         return super().__call__(*args, **kwargs)
 
     def construct(self, *args, **kwargs):
-        inputs = after(self._check, self._check_token, self._leaves(args, kwargs))
+        inputs = after(self._change_check, self._check_token, self._leaves(args, kwargs))
         if self._verifying:
             keep, check = self._verify_ops
             return self._outputs(verified_call(self._function, keep, check, self.weights,

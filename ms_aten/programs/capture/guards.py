@@ -81,7 +81,11 @@ class _Identity:
     text: str
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Identity) and other.obj is self.obj
+        if not isinstance(other, _Identity):
+            return False
+        if isinstance(self.obj, tuple) and isinstance(other.obj, tuple):  # (tensor, version)
+            return self.obj[0] is other.obj[0] and self.obj[1] == other.obj[1]
+        return other.obj is self.obj
 
     def __hash__(self) -> int:
         return id(self.obj)
@@ -91,6 +95,10 @@ def _recorded(value: Any) -> Any:
     """The form in which a `__dict__` value is kept and compared."""
     if _is_plain(value):
         return copy.deepcopy(value)  # a list edited in place must show as changed
+    if isinstance(value, torch.Tensor):  # a tensor attribute (a constant of the capture)
+        dtype = str(value.dtype).removeprefix("torch.")
+        return _Identity((value, value._version),
+                         f"a tensor {dtype}{list(value.shape)}, version {value._version}")
     if isinstance(value, dict) and all(isinstance(k, (str, int)) for k in value):
         # hooks and other tables of objects: their keys and the objects at them
         return tuple((k, id(v)) for k, v in value.items())
@@ -127,7 +135,7 @@ class Guards:
                          for prefix, owner in module.named_modules(remove_duplicate=False)
                          for table in (owner._parameters, owner._buffers)
                          for name in table if table[name] is not None]
-        self._values: list[tuple[dict[str, Any], int, dict[str, Any], str]] = []
+        self._values: list[_Held] = []
         seen: set[int] = set()
         for prefix, owner in module.named_modules():
             self._hold(owner, prefix, seen)
@@ -139,22 +147,19 @@ class Guards:
                        tensor._version, tensor.data_ptr())
 
     def _hold(self, obj: Any, path: str, seen: set[int]) -> None:
-        """Records obj's `__dict__` values, and those of the plain objects it holds (a config,
-        one level down)."""
+        """Records obj's `__dict__` values, and those of the plain objects a module holds (a
+        config, one level down)."""
         if id(obj) in seen:
             return
         seen.add(id(obj))
         state = getattr(obj, "__dict__", None)
         if not isinstance(state, dict):
             return
-        kept = {}
-        for key, value in state.items():
-            if key in _MODULE_TABLES or isinstance(value, torch.nn.Module):
-                continue
-            kept[key] = _recorded(value)
-            if _holds_values(value) and isinstance(obj, torch.nn.Module):
-                self._hold(value, f"{path}{'.' if path else ''}{key}", seen)
-        self._values.append((state, len(state), kept, path))
+        self._values.append(_Held.of(state, path))
+        if isinstance(obj, torch.nn.Module):
+            for key, value in state.items():
+                if key not in _MODULE_TABLES and _holds_values(value):
+                    self._hold(value, f"{path}{'.' if path else ''}{key}", seen)
 
     def weights(self, moved: bool = False) -> list[tuple[str, torch.Tensor | None]]:
         """The weights whose tensor object, version or storage changed: (path, tensor now, or
@@ -193,19 +198,69 @@ class Guards:
     def values(self) -> list[Change]:
         """Python values changed, added or removed in a module's or config's `__dict__`."""
         changes = []
-        for state, size, kept, path in self._values:
-            if len(state) == size and all(_same(kept[k], _recorded_now(state.get(k, _MISSING)))
-                                          for k in kept):
+        for i, held in enumerate(self._values):
+            if held.unchanged():
                 continue
-            for key in {*kept, *state} - _MODULE_TABLES:
-                old = kept.get(key, _MISSING)
-                new = state.get(key, _MISSING)
-                if isinstance(new, torch.nn.Module) or (old is _MISSING and key not in kept and
-                                                        isinstance(new, torch.nn.Module)):
-                    continue
-                if not _same(old, _recorded_now(new)):
-                    changes.append(Change("attribute", f"{path}{'.' if path else ''}{key}",
-                                          old, new))
+            found = held.changes()
+            if not found:  # an equal value in a new object: compare by identity again
+                self._values[i] = _Held.of(held.state, held.path)
+            changes += found
+        return changes
+
+
+@dataclass
+class _Held:
+    """One `__dict__`'s recorded values. unchanged() is the per-call check: the values by
+    identity (one tuple comparison), hook tables by length, mutable containers and tensors by
+    value; changes() says what differs when it fails."""
+
+    state: dict[str, Any]
+    path: str
+    size: int
+    keys: tuple[str, ...]
+    objects: tuple[Any, ...]
+    kept: dict[str, Any]  # the recorded forms (_recorded)
+    deep: tuple[str, ...]  # mutable plain containers and tensors, compared each time
+    tables: tuple[dict, ...]  # tables of objects (hooks): their lengths, and non-empty ones' keys
+    lengths: tuple[int, ...]
+    keyed: tuple[tuple[dict, tuple], ...]
+
+    @staticmethod
+    def of(state: dict[str, Any], path: str) -> _Held:
+        keys = tuple(k for k, v in state.items()
+                     if k not in _MODULE_TABLES and not isinstance(v, torch.nn.Module))
+        kept = {k: _recorded(state[k]) for k in keys}
+        # Hook tables and empty containers: by length (and a non-empty table's keys).
+        tables = tuple(state[k] for k in keys if isinstance(state[k], (dict, list, set)) and (
+            not state[k] or not _is_plain(state[k])))
+        return _Held(state, path, len(state), keys, tuple(state[k] for k in keys), kept,
+                     tuple(k for k in keys if isinstance(state[k], (list, dict, set, torch.Tensor))
+                           and not any(state[k] is t for t in tables)),
+                     tables, tuple(map(len, tables)),
+                     tuple((t, tuple(t)) for t in tables if t and isinstance(t, dict)))
+
+    def unchanged(self) -> bool:
+        state = self.state
+        try:
+            if len(state) != self.size or tuple(map(state.get, self.keys)) != self.objects:
+                return False
+        except Exception:  # a value whose == is not a bool (a tensor): compare one by one
+            return False
+        return (tuple(map(len, self.tables)) == self.lengths
+                and all(tuple(t) == k for t, k in self.keyed)
+                and all(_same(self.kept[k], _recorded_now(state.get(k, _MISSING)))
+                        for k in self.deep))
+
+    def changes(self) -> list[Change]:
+        state, kept = self.state, self.kept
+        changes = []
+        for key in sorted({*kept, *state} - _MODULE_TABLES):
+            old, new = kept.get(key, _MISSING), state.get(key, _MISSING)
+            if isinstance(new, torch.nn.Module) and old is _MISSING:
+                continue
+            if not _same(old, _recorded_now(new)):
+                changes.append(Change("attribute", f"{self.path}{'.' if self.path else ''}{key}",
+                                      old, new))
         return changes
 
 
@@ -225,4 +280,5 @@ def _holds_values(value: Any) -> bool:
     """An object whose own attributes a forward may read (a config, a namespace): not a
     tensor, a module, a function or a class."""
     return (hasattr(value, "__dict__") and not isinstance(
-        value, (torch.Tensor, torch.nn.Module, type)) and not callable(value))
+        value, (torch.Tensor, torch.nn.Module, type, dict, list, tuple, set, frozenset))
+        and not callable(value))

@@ -20,12 +20,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from mindspore import Parameter, Tensor, ops
+from mindspore import Parameter, ops
 
 from ...native import dtypes, library
 from ...native.convert import to_ms, to_torch
 from ..base import CaptureError
-from ..capture.guards import Change
 
 
 class TorchModuleChanged(CaptureError):
@@ -60,8 +59,10 @@ class Weights:
 
 
 def follow(cell: Any, running: bool = False) -> None:
-    """`cell` (a TorchModule: its _guards, weights, _follow_tree and _capture_again) takes the torch module's changes since the capture (or since the last call): weights
-    copied, a forward captured again; TorchModuleChanged for what cannot be followed."""
+    """`cell` (a TorchModule: its _guards, weights, _follow_tree and _capture_again) takes
+    the torch module's changes since the capture (or since the last call): weights written
+    into its Parameters, the forward captured again; TorchModuleChanged for what it cannot
+    take. `running`: called by a graph's launch (ChangeCheck)."""
     guards = cell._guards
     tree, values = guards.tree(), guards.values()
     written = guards.weights(moved=bool(tree))

@@ -209,3 +209,22 @@ def test_changes_refused_by_name(mode):
     case.model.fc = torch.nn.Linear(4, 3, bias=False)
     with pytest.raises(TorchModuleChanged, match=r"removed: \['fc\.bias'\]"):
         case.cell(to_ms(X))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dynamic_capture_and_other_shapes(mode):
+    """A change reaches every size a dynamic capture serves, and every static shape captured
+    again for other inputs."""
+    set_mode(mode)
+    torch.manual_seed(0)
+    model = Net(function=False)
+    dynamic = ms_aten.module(model, (X,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    static = ms_aten.module(model, (X,))
+    wide = torch.randn(5, 4)
+    for cell in (dynamic, static):
+        cell(to_ms(wide))  # the static Cell captures this shape too
+    model.scale = -2.0
+    for cell in (dynamic, static):
+        for x in (X, wide):
+            torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(),
+                                       rtol=1e-5, atol=1e-6)

@@ -228,3 +228,20 @@ def test_dynamic_capture_and_other_shapes(mode):
         for x in (X, wide):
             torch.testing.assert_close(to_torch(cell(to_ms(x))), model(x).detach(),
                                        rtol=1e-5, atol=1e-6)
+
+
+def test_graph_of_another_mode_refuses():
+    """A graph compiled in train mode holds the train-mode primitive; a change made while the
+    Cell is in eval mode is captured for eval mode only, so that graph refuses by name."""
+    case = Case("graph", train=True)
+    case.check()
+    case.cell.set_train(False)
+    case.model.eval()
+    case.model.scale = 2.0
+    torch.testing.assert_close(to_torch(case.cell(to_ms(X))), case.model(X).detach())
+    case.cell.set_train(True)
+    case.model.train()
+    with pytest.raises(TorchModuleChanged, match=r"another train/eval mode"):
+        case.grad(to_ms(X))
+    case.grad = ms.value_and_grad(Weighted(case.cell), 0, case.cell.trainable_params())
+    case.check()

@@ -281,6 +281,16 @@ class TorchModule(ProgramCell):
         programs = {first: program} | {signature: self._capture(key, self._inputs.example(
             list(example_like(signature))))[0] for signature in function.programs
             if signature != first}
+        # The other modes' and autocast dtypes' primitives are captured again when selected; a
+        # graph still holding one refuses.
+        for other, (dropped, _) in self._functions.items():
+            if other != key:
+                self._retired[int(dropped.family)] = (
+                    f"ms_aten.module({self._name}): after {changes[0].describe()}, this graph "
+                    f"holds the Cell's primitive of another train/eval mode or autocast dtype, "
+                    f"captured before the change: compile the graph again")
+                # MindSpore keys a compiled top-level Cell on its creation time: compile again.
+                object.__setattr__(self, "_create_time", self.create_time + 1)
         self._functions = {key: (function, nodes)}
         self.recaptures.append(changes)
         if all((p.spec, p.vjp_spec) == (function.programs[s].spec, function.programs[s].vjp_spec)

@@ -82,3 +82,24 @@ def test_what_non_strict_refuses_for_a_value_runs_opaque_without_trying_strict()
                                                    r"runs as an opaque torch call.*"
                                                    r"GuardOnDataDependentSymNode"):
         ms_aten.module(DataDependent(), (torch.randn(3),))
+
+
+class WritesThroughData(torch.nn.Module):
+    """`h.data.clamp_()`: TorchDynamo traces `.data` of an intermediate as a constant of the
+    program (its values at capture), on which torch 2.13's run_decompositions segfaults."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        h.data.clamp_(-0.1, 0.1)
+        return h * 2
+
+
+@pytest.mark.parametrize("strict", [None, True])
+def test_data_of_an_intermediate_is_refused_by_name_not_a_crash(strict: bool | None) -> None:
+    with pytest.raises(ms_aten.CaptureError, match=r"became a constant of the program "
+                                                    r"\(lifted_tensor_0\).*use `\.detach\(\)`"):
+        ms_aten.module(WritesThroughData(), (torch.randn(3, 4),), strict=strict)

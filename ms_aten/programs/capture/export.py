@@ -11,6 +11,7 @@ import torch
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
+    FakeTensor,
     UnsupportedOperatorException,
 )
 from torch.export import ExportedProgram
@@ -142,12 +143,27 @@ def _once(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],
             if isinstance(refused, CaptureError):  # torch.export wrapped a refusal
                 raise refused from None
             raise
+    if strict:
+        _refuse_traced_constants(exported)
     if strict and differentiable:
         autograd_constructs.refuse_traced_functions(exported.graph_module, name)
     autograd_constructs.keep_grad_regions(exported.graph_module, name)
     decomposed = exported.run_decompositions({})
     no_grad_writes.refuse_parameter_writes(decomposed, name)
     return decomposed
+
+
+def _refuse_traced_constants(exported: ExportedProgram) -> None:
+    """torch's own refusal, which its non-strict capture makes and its strict one does not: a
+    tensor computed in forward that TorchDynamo made a constant of the program (`.data` of an
+    intermediate) would hold the capture's values at every call, and torch 2.13's
+    run_decompositions dies of it (a segmentation fault)."""
+    for attribute, value in exported.constants.items():
+        if isinstance(value, FakeTensor):
+            raise RuntimeError(
+                f"a tensor computed in forward became a constant of the program ({attribute}): "
+                f"TorchDynamo traced it as one, as it does `.data` of an intermediate; use "
+                f"`.detach()`, which keeps torch's meaning")
 
 
 def _partitioned(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],

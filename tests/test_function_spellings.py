@@ -27,7 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 import ms_aten
 from ms_aten import to_ms
-from ms_aten.programs.capture import autograd_functions
+from ms_aten.programs.capture import autograd_functions, nodes
 
 from common import MODES, set_mode
 
@@ -665,17 +665,17 @@ def test_inference_mode_keeps_torch_s_gradients(construct, mode, strict):
 @pytest.mark.parametrize("mode", list(MODES))
 def test_the_functions_a_capture_met_are_freed_with_its_cell(mode):
     set_mode(mode)
-    before = set(autograd_functions._APPLIED)
+    before = nodes.alive()
     cell = ms_aten.module(Net("used_twice"), (X,))
     Call(cell)(to_ms(X))
     if mode == "pynative":  # GRAPH mode's grad keeps its Cell (MindSpore's own cache)
         ms.value_and_grad(Call(cell), 0, cell.trainable_params())(to_ms(X))
-    new = set(autograd_functions._APPLIED) - before
+    new = nodes.alive() - before
     assert len(new) == 2
     gone = weakref.ref(cell)
     del cell
     gc.collect()
-    assert gone() is None and not new & set(autograd_functions._APPLIED)
+    assert gone() is None and not new & nodes.alive()
 
 
 def test_another_thread_keeps_torch_s_hooks_and_functions_during_a_capture():

@@ -6,7 +6,9 @@ training, second order and checkpoints."""
 from __future__ import annotations
 
 import copy
+import gc
 import re
+import weakref
 
 import mindspore as ms
 import numpy as np
@@ -17,6 +19,7 @@ from mindspore import nn
 from torch import nn as tnn
 
 import ms_aten
+from ms_aten.programs.capture import nodes
 
 from common import MODES, set_mode, to_ms, to_torch
 
@@ -413,3 +416,57 @@ def test_compile_true_runs_a_program_with_a_region_interpreted(mode):
     assert cell.program.compiled is None
     set_mode(mode)
     assert_matches_torch(cell, module, (-X, y))
+
+
+# -- the regions' lifetime ------------------------------------------------------------------------
+
+def test_the_regions_a_capture_made_are_freed_with_its_cell():
+    """A region's entry (and the torch module it runs) lives as long as its Cell's programs
+    (PYNATIVE: a GRAPH-mode call keeps its top Cell in MindSpore's own graph cache)."""
+    set_mode("pynative")
+    before = nodes.alive()
+    module = Branches()
+    part = weakref.ref(module.part)
+    with pytest.warns(ms_aten.OpaqueWarning, match=r"Branches.part \(Branch\)"):
+        cell = ms_aten.module(module, (X,))
+    del module
+    Call(cell)(to_ms(X))
+    ms.value_and_grad(Call(cell), 0, cell.trainable_params())(to_ms(X))
+    new = nodes.alive() - before
+    assert len(new) == 1  # the program's region; the partition's tries are freed
+    gone = weakref.ref(cell)
+    del cell
+    gc.collect()
+    assert gone() is None and part() is None
+    assert not new & nodes.alive()
+
+
+class Negate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return -x
+
+    @staticmethod
+    def backward(ctx, g):
+        return -g
+
+
+class RefusedLast(tnn.Module):
+    """A Function and a region the capture registers before a second region is refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = tnn.Linear(4, 4)
+        self.first = Branch()
+        self.second = WritesInput()
+
+    def forward(self, x):
+        return self.second(self.first(Negate.apply(self.pre(x)))).sum()
+
+
+def test_a_capture_that_fails_frees_the_functions_and_regions_it_registered():
+    before = nodes.alive()
+    with pytest.raises(ms_aten.CaptureError, match=r"opaque region RefusedLast.second "
+                                                   r"\(WritesInput\) writes its input"):
+        ms_aten.module(RefusedLast(), (X,))
+    assert nodes.alive() <= before

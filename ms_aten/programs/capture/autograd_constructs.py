@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ..base import CaptureError
-from . import autograd_functions, no_grad_writes
+from . import autograd_functions, no_grad_writes, nodes
 
 _WRAP_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 
@@ -192,12 +192,10 @@ def _patched(name: str) -> Iterator[None]:
             _patch()
         _UNDER_WAY += 1
         _NAMES.add(name)
-    before = getattr(_CAPTURE, "name", None)
-    _CAPTURE.name = name
     try:
-        yield
+        with nodes.setting(_CAPTURE, "name", name):
+            yield
     finally:
-        _CAPTURE.name = before
         with _PATCHES:
             _NAMES.discard(name)
             _UNDER_WAY -= 1

@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import threading
 import types
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -40,18 +38,11 @@ from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.checkpoint import CheckpointFunction
 
 from ..base import CaptureError
-
-NAMESPACE = "ms_aten_autograd"
-_LIBRARY = torch.library.Library(NAMESPACE, "DEF")
-_LIBRARY.define("function(int key, Tensor[] tensors) -> Tensor[]")
-# A Function whose forward draws random numbers: the tag makes its program record torch's
-# generator state, which a recomputing backward replays (the backward sees the forward's draws).
-_LIBRARY.define("function.random(int key, Tensor[] tensors) -> Tensor[]",
-                tags=(torch.Tag.nondeterministic_seeded,))
+from . import nodes
 
 # The function object torch.autograd.Function.apply binds: every way of reaching a Function
 # (`Cls.apply`, `f = Cls.apply` bound at import, functools.partial, a method holding it) calls
@@ -121,7 +112,6 @@ class _Entry:
     # Output shapes and dtypes, for a forward that cannot run on fake tensors (numpy).
     outputs: list[tuple[torch.Size, torch.dtype]] | None = None
     random: bool = False  # its forward draws random numbers: the node is function.random
-    owners: int = 0  # the programs that call it (own()); 0: its capture's thread holds it
 
     def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         outputs = self.applied(tensors)
@@ -135,13 +125,9 @@ class _Entry:
         return outputs
 
 
-# Every Function a capture met, by the key its node carries, until the programs that call it
-# are freed (own()); process-wide like torch's op registry, which calls the node's kernels.
-_APPLIED: dict[int, _Entry] = {}
-_KEYS = itertools.count()
 _LOCK = threading.Lock()
 # .capturing: this thread's capture turns Functions into nodes; .inline: compile='s joint
-# trace applies them; .pending: keys of this thread's captures that no program owns yet.
+# trace applies them.
 _STATE = threading.local()
 
 
@@ -149,37 +135,27 @@ _STATE = threading.local()
 def inline() -> Iterator[None]:
     """Tracing in this block applies each Function node's Function (AOTAutograd then traces
     its forward and backward); elsewhere tracing keeps the node opaque."""
-    before = getattr(_STATE, "inline", False)
-    _STATE.inline = True
-    try:
+    with nodes.setting(_STATE, "inline", True):
         yield
-    finally:
-        _STATE.inline = before
-
-
-def _tracing(tensors: list[torch.Tensor]) -> bool:
-    return _get_current_dispatch_mode() is not None or any(
-        isinstance(t, FakeTensor | FunctionalTensor) for t in tensors)
 
 
 def _autograd_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    if _tracing(tensors) and not getattr(_STATE, "inline", False):
-        with torch._C._AutoDispatchBelowAutograd():
-            return _OPS[_APPLIED[key].random](key, tensors)
-    return _APPLIED[key](tensors)
+    if nodes.tracing(tensors) and not getattr(_STATE, "inline", False):
+        return nodes.below_autograd(_OPS[nodes.entry(key, _Entry).random], key, tensors)
+    return nodes.entry(key, _Entry)(tensors)
 
 
 def _backend_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     # Below autograd (inference): the Function's forward, nothing recorded; an output that
     # shares an input's memory is cloned, as the op's schema is functional.
     with torch.no_grad():
-        outputs = _APPLIED[key](tensors)
+        outputs = nodes.entry(key, _Entry)(tensors)
     memory = {t.untyped_storage().data_ptr() for t in tensors}
     return [o.clone() if o.untyped_storage().data_ptr() in memory else o for o in outputs]
 
 
 def _fake(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    entry = _APPLIED[key]
+    entry = nodes.entry(key, _Entry)
     if entry.outputs is not None:
         device = tensors[0].device if tensors else torch.device("cpu")
         return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in entry.outputs]
@@ -187,12 +163,10 @@ def _fake(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         return [o.clone() for o in entry.applied(tensors)]
 
 
-for _overload in ("function", "function.random"):
-    _LIBRARY.impl(_overload, _autograd_kernel, "Autograd")
-    _LIBRARY.impl(_overload, _backend_kernel, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"{NAMESPACE}::{_overload}", _fake, lib=_LIBRARY)
-_OPS = {False: torch.ops.ms_aten_autograd.function.default,
-        True: torch.ops.ms_aten_autograd.function.random}
+# A Function whose forward draws random numbers is function.random (the backward sees the
+# forward's draws).
+_LIBRARY, _OPS = nodes.define("ms_aten_autograd", "function", "function.random",
+                              _autograd_kernel, _backend_kernel, _fake)
 
 
 class _Reads(TorchDispatchMode):
@@ -221,12 +195,8 @@ class _Reads(TorchDispatchMode):
 def _inside() -> Iterator[None]:
     """A Function's own forward runs in this block: the Functions it applies are its own
     business (applied as torch applies them), not nodes of their own."""
-    before = getattr(_STATE, "inside", False)
-    _STATE.inside = True
-    try:
+    with nodes.setting(_STATE, "inside", True):
         yield
-    finally:
-        _STATE.inside = before
 
 
 def _run_once(applied: Applied, tensors: list[torch.Tensor]
@@ -299,10 +269,7 @@ def _node(cls: type[torch.autograd.Function], args: tuple, kwargs: dict[str, Any
                                         for i, leaf in enumerate(leaves)), positions,
                        _autocast_state())
     returns_tuple, entry = _check(applied, tensors)
-    key = next(_KEYS)
-    with _LOCK:
-        _APPLIED[key] = entry
-    _STATE.pending.append(key)
+    key = nodes.register(entry)
     outputs = _OPS[entry.random](key, tensors)
     return tuple(outputs) if returns_tuple else outputs[0]
 
@@ -326,65 +293,19 @@ _INSTALLED = 0  # captures under way, in every thread: the code is swapped while
 @contextlib.contextmanager
 def as_nodes() -> Iterator[None]:
     """While a capture traces in this thread: each Function it applies (but torch's own)
-    becomes a node; other threads' Functions are torch's. A capture that fails frees the
-    Functions it met."""
+    becomes a node; other threads' Functions are torch's."""
     global _INSTALLED
     with _LOCK:
         _INSTALLED += 1
         _APPLY.__code__ = _REDIRECT_CODE
-    before = getattr(_STATE, "capturing", False), getattr(_STATE, "pending", None)
-    _STATE.capturing = True
-    _STATE.pending = [] if before[1] is None else before[1]
-    start = len(_STATE.pending)
     try:
-        yield
-    except BaseException:
-        _release(_STATE.pending[start:])
-        del _STATE.pending[start:]
-        raise
+        with nodes.setting(_STATE, "capturing", True):
+            yield
     finally:
-        _STATE.capturing = before[0]
         with _LOCK:
             _INSTALLED -= 1
             if not _INSTALLED:
                 _APPLY.__code__ = _APPLY_CODE
-
-
-def _release(keys: list[int]) -> None:
-    with _LOCK:
-        for key in keys:
-            entry = _APPLIED.get(key)
-            if entry is not None:
-                entry.owners -= 1
-                if entry.owners <= 0:
-                    del _APPLIED[key]
-
-
-def keys(gm: torch.fx.GraphModule) -> list[int]:
-    """The keys of a graph's Function nodes (its submodules' included)."""
-    return [node.args[0] for module in gm.modules() if isinstance(module, torch.fx.GraphModule)
-            for node in module.graph.nodes
-            if node.op == "call_function" and is_function_node(node.target)]
-
-
-def own(owner: object, gm: torch.fx.GraphModule) -> None:
-    """`owner` (a program built from `gm`) calls gm's Function nodes: their entries live until
-    it is freed. The entries this thread's captures made that no program took are freed: the
-    graph a capture traces is built before the next one starts."""
-    own_keys(owner, keys(gm))
-
-
-def own_keys(owner: object, found: list[int]) -> None:
-    """`owner` (a program) calls the Function nodes `found`: own()."""
-    with _LOCK:
-        for key in found:
-            _APPLIED[key].owners += 1
-    weakref.finalize(owner, _release, found).atexit = False
-    pending = _pending()
-    taken = set(found)
-    _release([key for key in pending if key not in taken and key in _APPLIED
-              and _APPLIED[key].owners == 0])
-    pending.clear()
 
 
 def defined_at(filename: str, line: int) -> str | None:
@@ -484,7 +405,7 @@ def identities(gm: torch.fx.GraphModule) -> list[str]:
     found = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and is_function_node(node.target):
-            applied = _APPLIED[node.args[0]].applied
+            applied = nodes.entry(node.args[0], _Entry).applied
             try:
                 code = _identity(applied.cls, {})
                 constants = _identity(applied.constants, {})
@@ -499,21 +420,11 @@ def stored(key: int) -> tuple[Applied, bool] | None:
     """What the Function node `key` applies, and whether it draws random numbers, for a stored
     capture (programs/stored/); None for a node whose entry holds more than that (the output
     shapes of a forward run on zeros), which a store does not keep."""
-    entry = _APPLIED[key]
+    entry = nodes.entry(key, _Entry)
     return None if entry.outputs is not None else (entry.applied, entry.random)
 
 
 def apply_as_node(applied: Applied, random: bool) -> int:
     """The key of a new Function node that applies `applied`: a stored capture's Function, in
-    a process that did not capture it; the program made with it owns it (own_keys)."""
-    key = next(_KEYS)
-    with _LOCK:
-        _APPLIED[key] = _Entry(applied, random=random)
-    _pending().append(key)  # freed at this thread's next build if no program owns it
-    return key
-
-
-def _pending() -> list[int]:
-    if getattr(_STATE, "pending", None) is None:
-        _STATE.pending = []
-    return _STATE.pending
+    a process that did not capture it; the program made with it owns it (nodes.own_keys)."""
+    return nodes.register(_Entry(applied, random=random))

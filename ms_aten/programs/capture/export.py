@@ -20,7 +20,7 @@ from torch.utils import _pytree as pytree
 
 from ...ops.schema import missing_meta_kernel
 from ..base import CaptureError, Signature
-from . import autograd_constructs, no_grad_writes, opaque, partition, rewrite
+from . import autograd_constructs, no_grad_writes, nodes, opaque, partition, rewrite
 
 # The FutureWarning every torch.export of torch 2.13 prints from its own code.
 _TORCH_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
@@ -67,14 +67,16 @@ def export(module: torch.nn.Module, example_inputs: tuple, name: str,
     the strictness that captured it (None for that last route), which a later capture of the
     same module (another shape, the other mode) reuses.
     `differentiable=False`: the program never serves a gradient, so a custom autograd.Function
-    whose forward a strict capture inlines is kept (its backward is never needed)."""
-    exported, strict = _export(module, example_inputs, name, dynamic_shapes, kwargs, strict,
-                               differentiable)
-    opaque.warn(exported.graph_module, stacklevel=4)
-    if replace:
-        rewrite.apply(exported, replace, name,
-                      lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what,
-                                                       fallback=False)[0])
+    whose forward a strict capture inlines is kept (its backward is never needed).
+    A capture that fails frees the Functions and opaque regions it registered (nodes.py)."""
+    with nodes.registering():
+        exported, strict = _export(module, example_inputs, name, dynamic_shapes, kwargs, strict,
+                                   differentiable)
+        opaque.warn(exported.graph_module, stacklevel=4)
+        if replace:
+            rewrite.apply(exported, replace, name,
+                          lambda fn, inputs, what: _export(FunctionModule(fn), inputs, what,
+                                                           fallback=False)[0])
     return exported, strict
 
 
@@ -123,8 +125,10 @@ def _once(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],
           regions: Mapping[str, str] | None = None,
           recorded: opaque.Recording | None = None, prefix: str = "") -> ExportedProgram:
     """One torch.export, with the submodules named in `regions` (and functions marked with
-    ms_aten.opaque) as opaque nodes; torch's error as it raised it."""
+    ms_aten.opaque) as opaque nodes; torch's error as it raised it. One that fails frees the
+    nodes' entries it registered (a partition's failed tries among them)."""
     with contextlib.ExitStack() as stack:
+        stack.enter_context(nodes.registering())
         # torch 2.13's export copies its own pytree specs through a deprecated check.
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", _TORCH_DEPRECATION, FutureWarning)

@@ -18,12 +18,13 @@ and changed is an error naming the region, never a wrong shape).
 
 Refused by name: a region that writes its inputs in place, writes a parameter, or returns
 something other than tensors (and None).
+
+A region (with its torch module) lives in nodes.py's table while the programs that call it do.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -31,20 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
-from torch._subclasses.functional_tensor import FunctionalTensor
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing, get_proxy_mode
 from torch.nn.utils.stateless import _reparametrize_module
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..base import CaptureError
-
-NAMESPACE = "ms_aten_opaque"
-_LIBRARY = torch.library.Library(NAMESPACE, "DEF")
-_LIBRARY.define("call(int key, Tensor[] tensors) -> Tensor[]")
-_LIBRARY.define("call_random(int key, Tensor[] tensors) -> Tensor[]",
-                tags=(torch.Tag.nondeterministic_seeded,))
+from . import nodes
 
 
 class OpaqueWarning(UserWarning):
@@ -90,7 +84,7 @@ class Region:
         for position, tensor in zip(self.tensor_leaves, tensors[n:], strict=True):
             leaves[position] = tensor
         args, kwargs = pytree.tree_unflatten(leaves, self.spec)
-        with _running():
+        with nodes.setting(_STATE, "running", True):
             if self.module is None:
                 return self.function(*args, **kwargs), weights
             with _reparametrize_module(self.module, dict(zip(self.weight_names, weights,
@@ -120,36 +114,13 @@ class Region:
         return outputs
 
 
-# Every region a capture made, by the key its node carries (a node outlives its capture).
-_REGIONS: dict[int, Region] = {}
-_KEYS = itertools.count()
 _STATE = threading.local()  # .running: inside a region's torch eager run; .record: partition's
 
 
-@contextlib.contextmanager
-def _running() -> Iterator[None]:
-    before = getattr(_STATE, "running", False)
-    _STATE.running = True
-    try:
-        yield
-    finally:
-        _STATE.running = before
-
-
-def _tracing(tensors: list[torch.Tensor]) -> bool:
-    return _get_current_dispatch_mode() is not None or any(
-        isinstance(t, FakeTensor | FunctionalTensor) for t in tensors)
-
-
-def _op(region: Region) -> torch._ops.OpOverloadPacket:
-    return torch.ops.ms_aten_opaque.call_random if region.random else torch.ops.ms_aten_opaque.call
-
-
 def _autograd_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    region = _REGIONS[key]
-    if _tracing(tensors):
-        with torch._C._AutoDispatchBelowAutograd():
-            return _op(region)(key, tensors)
+    region = nodes.entry(key, Region)
+    if nodes.tracing(tensors):
+        return nodes.below_autograd(_OPS[region.random], key, tensors)
     # As torch eager runs it: grad on, so torch autograd records the region for the VJP.
     with torch.enable_grad():
         return region(tensors)
@@ -158,7 +129,7 @@ def _autograd_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor
 def _backend_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     # Below autograd (inference): nothing is recorded, but a region that differentiates inside
     # (a gradient penalty) needs autograd, outside inference mode, on copies of its inputs.
-    region = _REGIONS[key]
+    region = nodes.entry(key, Region)
     if not region.needs_grad:
         with torch.no_grad():
             return region(tensors)
@@ -168,17 +139,15 @@ def _backend_kernel(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]
 
 
 def _fake(key: int, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    region = _REGIONS[key]
+    region = nodes.entry(key, Region)
     if region.fixed is not None or region.needs_grad:
         return [torch.empty(shape, dtype=dtype) for shape, dtype in region.metas]
     with torch.no_grad():
         return [o.clone() for o in region(tensors)]
 
 
-for _name in ("call", "call_random"):
-    _LIBRARY.impl(_name, _autograd_kernel, "Autograd")
-    _LIBRARY.impl(_name, _backend_kernel, "CompositeExplicitAutograd")
-    torch.library.register_fake(f"{NAMESPACE}::{_name}", _fake, lib=_LIBRARY)
+_LIBRARY, _OPS = nodes.define("ms_aten_opaque", "call", "call_random", _autograd_kernel,
+                              _backend_kernel, _fake)
 
 
 class _Probe(TorchDispatchMode):
@@ -228,12 +197,8 @@ class Returned:
 @contextlib.contextmanager
 def recording(record: Recording) -> Iterator[None]:
     """Marked functions called in this block (an eager run) note what they return."""
-    before = getattr(_STATE, "record", None)
-    _STATE.record = record
-    try:
+    with nodes.setting(_STATE, "record", record):
         yield
-    finally:
-        _STATE.record = before
 
 
 @contextlib.contextmanager
@@ -349,9 +314,8 @@ def call_region(site: str, name: str, reason: str, function: Callable,
                             ((), tensors[i].dtype) for i in region.written], strict=True)]
         region.random = site in record.random
         region.needs_grad = site in record.needs_grad
-    key = next(_KEYS)
-    _REGIONS[key] = region
-    outputs = _op(region)(key, tensors)
+    key = nodes.register(region)
+    outputs = _OPS[region.random](key, tensors)
     for i in region.written:  # the buffer's update, as the captured graph keeps it
         weights[i][1].copy_(outputs[len(outputs) - len(region.written) + region.written.index(i)])
     results = outputs[:len(outputs) - len(region.written)]
@@ -452,12 +416,8 @@ def capturing_marked() -> bool:
 @contextlib.contextmanager
 def marking() -> Iterator[None]:
     """torch.export in this block makes each call of a marked function one node."""
-    before = getattr(_STATE, "capturing", False)
-    _STATE.capturing = True
-    try:
+    with nodes.setting(_STATE, "capturing", True):
         yield
-    finally:
-        _STATE.capturing = before
 
 
 def opaque(function: Callable) -> Callable:
@@ -522,8 +482,7 @@ def submodules_opaque(root: torch.nn.Module, root_name: str, reasons: Mapping[st
 
 
 def is_opaque_node(target: Any) -> bool:
-    return target in (torch.ops.ms_aten_opaque.call.default,
-                      torch.ops.ms_aten_opaque.call_random.default)
+    return target in _OPS.values()
 
 
 def regions_in(gm: torch.fx.GraphModule) -> list[Region]:
@@ -531,7 +490,7 @@ def regions_in(gm: torch.fx.GraphModule) -> list[Region]:
     found: dict[str, Region] = {}
     for node in gm.graph.nodes:
         if node.op == "call_function" and is_opaque_node(node.target):
-            region = _REGIONS[node.args[0]]
+            region = nodes.entry(node.args[0], Region)
             found.setdefault(region.name, region)
     return list(found.values())
 

@@ -21,7 +21,7 @@ from ...native import dtypes
 from ...ops import constants as consts
 from ...ops.schema import is_written
 from ..base import CaptureError, Compiled, Shape, Signature
-from ..capture import autograd_functions
+from ..capture import nodes
 from ..capture.rewrite import REPLACED
 from . import inplace, symbolic
 
@@ -526,6 +526,6 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
         n_nodes=sum(1 for line in forward if line.startswith("n ")),
         replaced=exported.graph_module.meta.get(REPLACED, 0),
         compiled=compiled)
-    # The custom autograd.Functions its nodes apply live as long as the program.
-    autograd_functions.own(program, exported.graph_module)
+    # The custom autograd.Functions and opaque regions its nodes run live as long as the program.
+    nodes.own(program, exported.graph_module)
     return program

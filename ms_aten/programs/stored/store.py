@@ -32,7 +32,7 @@ from filelock import FileLock, Timeout
 from torch.utils import _pytree as pytree
 
 from ..base import Compiled, Signature
-from ..capture import autograd_functions
+from ..capture import autograd_functions, nodes
 from ..capture.structure import Node
 from ..compile import cache
 from ..compile.compiled import register_cached
@@ -350,7 +350,7 @@ def _functions_from(entry: dict[str, Any], stored: Stored) -> Stored:
     program = stored.program
     stored.program = _replace(program, spec=rekey(program.spec),
                               vjp_spec=rekey(program.vjp_spec))
-    autograd_functions.own_keys(stored.program, list(keys.values()))
+    nodes.own_keys(stored.program, list(keys.values()))
     return stored
 
 

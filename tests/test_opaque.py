@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import gc
 import re
+import warnings
 import weakref
 
 import mindspore as ms
@@ -470,3 +471,19 @@ def test_a_capture_that_fails_frees_the_functions_and_regions_it_registered():
                                                    r"\(WritesInput\) writes its input"):
         ms_aten.module(RefusedLast(), (X,))
     assert nodes.alive() <= before
+
+
+def test_a_program_with_a_region_is_not_stored_for_the_next_capture():
+    """The capture cache (the test session's) keeps no program with a region, even where the
+    user silenced the OpaqueWarning (a capture that warns is not stored): its node's key names
+    Python of this process, freed with the Cell that captured it."""
+    set_mode("pynative")
+    torch.manual_seed(0)
+    module = Branches()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ms_aten.OpaqueWarning)
+        first = ms_aten.module(copy.deepcopy(module), (X,))
+        del first
+        gc.collect()
+        cell = ms_aten.module(copy.deepcopy(module), (X,))
+    assert_matches_torch(cell, module, (X,))

@@ -240,6 +240,10 @@ def _differences(mine: Parts, theirs: Parts) -> list[str]:
 
 def _encode(stored: Stored) -> dict[str, Any]:
     program = stored.program
+    # A region's key names Python of this process (capture/nodes.py), freed with its Cell.
+    if "ms_aten_opaque::" in program.spec:
+        raise Uncacheable("it runs opaque torch calls, whose Python a stored capture does not "
+                          "keep")
     compiled = program.compiled
     return {
         "format": FORMAT,

@@ -127,34 +127,35 @@ def _once(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],
     """One torch.export, with the submodules named in `regions` (and functions marked with
     ms_aten.opaque) as opaque nodes; torch's error as it raised it. One that fails frees the
     nodes' entries it registered (a partition's failed tries among them)."""
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(nodes.registering())
-        # torch 2.13's export copies its own pytree specs through a deprecated check.
-        stack.enter_context(warnings.catch_warnings())
+    # torch 2.13's export (and its run_decompositions) copies its own pytree specs through a
+    # deprecated check.
+    with warnings.catch_warnings(), nodes.registering():
         warnings.filterwarnings("ignore", _TORCH_DEPRECATION, FutureWarning)
-        stack.enter_context(autograd_constructs.capturing(module, name, strict))
-        if not strict:
-            stack.enter_context(opaque.marking())
-            stack.enter_context(opaque.submodules_opaque(module, name, regions or {}, prefix))
-            if recorded is not None:
-                recorded.seen.clear()
-                stack.enter_context(opaque.recording(recorded))
-        try:
-            exported = torch.export.export(module, tuple(inputs), dict(keywords),
-                                           dynamic_shapes=dynamic_shapes, strict=strict)
-        except Exception as error:
-            refused = error.__cause__ or error.__context__
-            if isinstance(refused, CaptureError):  # torch.export wrapped a refusal
-                raise refused from None
-            raise
-    if strict:
-        _refuse_traced_constants(exported)
-    if strict and differentiable:
-        autograd_constructs.refuse_traced_functions(exported.graph_module, name)
-    autograd_constructs.keep_grad_regions(exported.graph_module, name)
-    decomposed = exported.run_decompositions({})
-    no_grad_writes.refuse_parameter_writes(decomposed, name)
-    return decomposed
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(autograd_constructs.capturing(module, name, strict))
+            if not strict:
+                stack.enter_context(opaque.marking())
+                stack.enter_context(opaque.submodules_opaque(module, name, regions or {},
+                                                             prefix))
+                if recorded is not None:
+                    recorded.seen.clear()
+                    stack.enter_context(opaque.recording(recorded))
+            try:
+                exported = torch.export.export(module, tuple(inputs), dict(keywords),
+                                               dynamic_shapes=dynamic_shapes, strict=strict)
+            except Exception as error:
+                refused = error.__cause__ or error.__context__
+                if isinstance(refused, CaptureError):  # torch.export wrapped a refusal
+                    raise refused from None
+                raise
+        if strict:
+            _refuse_traced_constants(exported)
+        if strict and differentiable:
+            autograd_constructs.refuse_traced_functions(exported.graph_module, name)
+        autograd_constructs.keep_grad_regions(exported.graph_module, name)
+        decomposed = exported.run_decompositions({})
+        no_grad_writes.refuse_parameter_writes(decomposed, name)
+        return decomposed
 
 
 def _refuse_traced_constants(exported: ExportedProgram) -> None:

@@ -22,6 +22,7 @@ taken before the region, are read after it (those views would keep the old value
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import torch
 from torch.export import ExportedProgram
@@ -156,16 +157,8 @@ def straighten(gm: torch.fx.GraphModule, region: torch.fx.Node, body: torch.fx.G
     later = [n for n in graph.nodes if order.get(n, -1) > order[region]]
     with graph.inserting_after(region):
         result = graph.call_function(operator.getitem, (region, len(results)))
-    with graph.inserting_after(result):
-        frozen = graph.call_function(aten.detach.default, (value,))
-    with graph.inserting_after(frozen):
-        zero = graph.call_function(aten.sub.Tensor, (frozen, value))
-    with graph.inserting_after(zero):
-        finite = graph.call_function(aten.nan_to_num.default, (zero, 0.0, 0.0, 0.0))
-    with graph.inserting_after(finite):
-        new = graph.call_function(aten.sub.Tensor, (result, finite))
-    for node in (result, frozen, zero, finite, new):
-        node.meta["val"] = meta
+    result.meta["val"] = meta
+    new = _written_values_identity_gradient(graph, result, result, value, meta)
     for user in later:
         for alias in whole:
             user.replace_input_with(alias, new)
@@ -226,17 +219,27 @@ def straighten_detached_writes(gm: torch.fx.GraphModule, name: str) -> None:
         with graph.inserting_before(detach):
             copy = graph.call_function(aten.clone.default, (value,))
         detach.update_arg(0, copy)
-        with graph.inserting_after(last):
-            frozen = graph.call_function(aten.detach.default, (value,))
-        with graph.inserting_after(frozen):
-            zero = graph.call_function(aten.sub.Tensor, (frozen, value))
-        with graph.inserting_after(zero):
-            finite = graph.call_function(aten.nan_to_num.default, (zero, 0.0, 0.0, 0.0))
-        with graph.inserting_after(finite):
-            new = graph.call_function(aten.sub.Tensor, (copy, finite))
-        for node in (copy, frozen, zero, finite, new):
-            node.meta["val"] = meta
+        copy.meta["val"] = meta
+        new = _written_values_identity_gradient(graph, last, copy, value, meta)
         for user in later:
             for alias in tensor_whole:
                 user.replace_input_with(alias, new)
     gm.recompile()
+
+
+def _written_values_identity_gradient(graph: torch.fx.Graph, after: torch.fx.Node,
+                                      written: torch.fx.Node, value: torch.fx.Node,
+                                      meta: Any) -> torch.fx.Node:
+    """`written - nan_to_num(value.detach() - value)`, inserted after `after`: the written
+    values, and to autograd the identity of `value` (the write invisible to it, as in torch)."""
+    with graph.inserting_after(after):
+        frozen = graph.call_function(aten.detach.default, (value,))
+    with graph.inserting_after(frozen):
+        zero = graph.call_function(aten.sub.Tensor, (frozen, value))
+    with graph.inserting_after(zero):
+        finite = graph.call_function(aten.nan_to_num.default, (zero, 0.0, 0.0, 0.0))
+    with graph.inserting_after(finite):
+        new = graph.call_function(aten.sub.Tensor, (written, finite))
+    for node in (frozen, zero, finite, new):
+        node.meta["val"] = meta
+    return new

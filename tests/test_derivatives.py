@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from loss_cell import SumOf
-from test_saved_graph import parked
+from test_saved_graph import _parked_before, parked  # noqa: F401  (the fixture too)
 
 import ms_aten
 

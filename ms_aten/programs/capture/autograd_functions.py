@@ -371,7 +371,7 @@ def _identity(value: Any, seen: dict[int, tuple[Any, str]]) -> str:
         text = f"{value.__module__}.{getattr(value, '__qualname__', repr(value))}"
     elif isinstance(value, types.FunctionType):
         code = value.__code__
-        reads = sorted(_reads(code))
+        reads = sorted(global_reads(code))
         text = repr((value.__module__, value.__qualname__, _identity(code, seen),
                      _identity(value.__defaults__, seen),
                      [(n, _identity(value.__globals__[n], seen)) for n in reads
@@ -388,12 +388,13 @@ def _identity(value: Any, seen: dict[int, tuple[Any, str]]) -> str:
     return text
 
 
-def _reads(code: types.CodeType) -> set[str]:
-    """The global names a code object and the code nested in it read."""
+def global_reads(code: types.CodeType) -> set[str]:
+    """The global names a code object and the code nested in it read (a cache key follows
+    them: here, and programs/stored/key.py)."""
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names |= _reads(const)
+            names |= global_reads(const)
     return names
 
 

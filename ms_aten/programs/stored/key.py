@@ -31,6 +31,7 @@ from torch.utils import _pytree as pytree
 
 from ..._version import __version__
 from ...native.library import LIBRARY
+from ..capture.autograd_functions import global_reads
 
 Parts = dict[str, dict[str, str]]
 
@@ -222,7 +223,7 @@ class Describer:
         self._alive.append(fn)
         self._package(module_name)
         code = fn.__code__
-        names = sorted(_names(code))
+        names = sorted(global_reads(code))
         scope = fn.__globals__
         found = []
         for name in names:
@@ -262,14 +263,6 @@ def _functions_of(member: Any) -> Iterable[Callable]:
     if isinstance(member, property):
         return [f for f in (member.fget, member.fset) if f is not None]
     return [member] if isinstance(member, types.FunctionType) else []
-
-
-def _names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names(const)
-    return names
 
 
 def _code(code: types.CodeType) -> list[Any]:

@@ -4,6 +4,8 @@ torch eager after the change; GRAPH mode through one graph compiled before the c
 Cell under value_and_grad), so the check at each launch is what sees them."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import mindspore as ms
 import pytest
 import torch
@@ -70,10 +72,11 @@ class Case:
     """A model, its Cell and one gradient function, made before any change (in GRAPH mode one
     graph, compiled once)."""
 
-    def __init__(self, mode: str, train: bool = False, function: bool = True):
+    def __init__(self, mode: str, train: bool = False, function: bool = True,
+                 model: type[torch.nn.Module] | None = None):
         set_mode(mode)
         torch.manual_seed(0)
-        self.model = Net(function).train(train)
+        self.model = (Net(function) if model is None else model()).train(train)
         self.cell = ms_aten.module(self.model, (X,))
         self.grad = ms.value_and_grad(Weighted(self.cell), 0, self.cell.trainable_params())
 
@@ -84,7 +87,8 @@ class Case:
         self.model.zero_grad()
         value = (self.model(x) * WEIGHTS).sum()
         value.backward()
-        assert self.model.drop.p == 1.0 or x.grad.abs().min() > 0  # no vacuous comparison
+        drop = getattr(self.model, "drop", None)
+        assert (drop is not None and drop.p == 1.0) or x.grad.abs().min() > 0  # not vacuous
         torch.testing.assert_close(to_torch(self.cell(to_ms(X))), self.model(X).detach(),
                                    rtol=1e-5, atol=1e-6)
         got, (grad_x, grad_weights) = self.grad(to_ms(X))
@@ -245,3 +249,59 @@ def test_graph_of_another_mode_refuses():
         case.grad(to_ms(X))
     case.grad = ms.value_and_grad(Weighted(case.cell), 0, case.cell.trainable_params())
     case.check()
+
+
+class Held(torch.nn.Module):
+    """What the per-call check compares by other means than identity (capture/guards.py,
+    _Snapshot): a list read in place, a one-element weight, a config and a hook table that
+    may be replaced by equal ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.factors = [1.5, -0.5]
+        self.alpha = torch.nn.Parameter(torch.tensor(0.75))
+        self.config = transformers.PretrainedConfig(scale=1.0)
+
+    def forward(self, x):
+        h = self.fc(x) * self.factors[0] + self.factors[1]
+        return h * self.alpha * self.config.scale
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_equal_replacements_then_changes(mode):
+    """A config or hook table replaced by an equal one changes nothing; a later change to the
+    new one is seen (as the replacement, the object the capture read being another), and
+    after each the quick check passes again."""
+    case = Case(mode, model=Held)
+    case.check()
+    guards = case.cell._guards
+    case.model.config = transformers.PretrainedConfig(scale=1.0)
+    case.model.fc._forward_hooks = OrderedDict()
+    case.check()
+    assert case.cell.recaptures == [] and guards.unchanged()
+    case.model.config.scale = -2.0
+    case.check()
+    case.model.fc.register_forward_hook(lambda module, args, out: out * 3.0)
+    case.check()
+    case.model.factors[0] = 0.25  # a list changed in place
+    case.check()
+    assert [c.path for changes in case.cell.recaptures for c in changes] == [
+        "config", "fc._forward_hooks", "factors"]
+    assert guards.unchanged()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_element_weight_replaced(mode):
+    """A one-element weight (whose `==` is its value) replaced by an equal one: written, or
+    refused by name when its requires_grad differs."""
+    case = Case(mode, model=Held)
+    case.model.alpha = torch.nn.Parameter(torch.tensor(0.75))
+    case.check()
+    case.model.alpha = torch.nn.Parameter(torch.tensor(-1.25))
+    case.check()
+    assert case.cell.recaptures == []
+    case.model.alpha = torch.nn.Parameter(torch.tensor(-1.25), requires_grad=False)
+    with pytest.raises(TorchModuleChanged, match=r"requires_grad of the torch module's weight "
+                                                 r"'alpha'"):
+        case.cell(to_ms(X))

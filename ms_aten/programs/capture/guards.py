@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import copy
 import math
+import operator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import torch
@@ -26,15 +28,25 @@ _PLAIN = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.
 _MISSING = object()
 
 
+_PLAIN_TYPES = frozenset(_PLAIN)
+_CONTAINERS = frozenset({tuple, list, frozenset, set, dict})
+
+
 def _is_plain(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, _PLAIN):
+    kind = type(value)
+    if kind in _PLAIN_TYPES or (kind not in _CONTAINERS and isinstance(value, _PLAIN)):
         return True
     if depth > 3:
         return False
+    # A container of plain values of the exact types first: one C-level pass (it runs at
+    # every call for a config's sets and dicts, _Snapshot.deep); then subclasses, nesting.
     if isinstance(value, (tuple, list, frozenset, set)):
-        return all(_is_plain(v, depth + 1) for v in value)
+        return _PLAIN_TYPES.issuperset(map(type, value)) or all(
+            _is_plain(v, depth + 1) for v in value)
     if isinstance(value, dict):
-        return all(_is_plain(k, depth + 1) and _is_plain(v, depth + 1) for k, v in value.items())
+        return (_PLAIN_TYPES.issuperset(map(type, value))
+                and _PLAIN_TYPES.issuperset(map(type, value.values()))) or all(
+            _is_plain(k, depth + 1) and _is_plain(v, depth + 1) for k, v in value.items())
     return False
 
 
@@ -116,11 +128,10 @@ class _Weight:
 
 
 class Guards:
-    """The state of a torch module a capture depends on; `changes()` lists what differs now.
-
-    Cheap enough to run before every call: identities, integers and the recorded values are
-    compared, nothing is copied. `weights()` / `tree()` / `values()` split the changes by what
-    they need: a weight's new values are copied, a new tree or value needs a capture again."""
+    """The state of a torch module a capture depends on. `unchanged()` is the per-call check
+    (_Snapshot); when it fails, `weights()` / `tree()` / `values()` say what differs, split by
+    what it needs: a weight's new values are copied, a new tree or value needs a capture
+    again."""
 
     def __init__(self, module: torch.nn.Module):
         self._module = module
@@ -139,6 +150,12 @@ class Guards:
         seen: set[int] = set()
         for prefix, owner in module.named_modules():
             self._hold(owner, prefix, seen)
+        self._snapshot = _Snapshot.of(self._tree, self._weights, self._values)
+
+    def unchanged(self) -> bool:
+        """Nothing that tree(), weights() or values() compare can differ from the record (a
+        False may be a change those find equal: a new object of an equal value)."""
+        return self._snapshot.unchanged()
 
     def _weight(self, prefix: str, owner: torch.nn.Module, table: dict[str, Any],
                 name: str) -> _Weight:
@@ -206,6 +223,95 @@ class Guards:
                 self._values[i] = _Held.of(held.state, held.path)
             changes += found
         return changes
+
+
+_VERSION = operator.attrgetter("_version")
+
+
+@dataclass
+class _Snapshot:
+    """The per-call check, in a few C-level passes over flat lists instead of Python code per
+    module and value (~25 ns a value compared by identity in Python, ~5 in a list's `==`).
+    Recorded: every table the detailed checks read (each module's and config's `__dict__`, each
+    module's submodule, parameter, buffer and hook tables) and the objects in them.
+    - Tables recorded empty (most hook tables) are still empty.
+    - The others have the same length and keys, in order, and at each key an object equal to
+      the recorded one (a list's `==`: the same object, or one that compares equal, such as a
+      table or config replaced by an equal one; the recorded objects are kept, so each call
+      compares a replacement against them, and a later change to it is seen). The weights, in
+      their tables, and tensor attributes are compared by identity (a one-element tensor's `==`
+      is its value), and have the same version counter and storage.
+    - Mutable plain containers (`_Held.deep`) have the same value, as values() compares them.
+    Stricter than the detailed checks (`training` included): a False costs one detailed check
+    and a record."""
+
+    empty: list[Any]  # the tables recorded empty: dicts, and hook lists and sets
+    full: list[dict]  # the other dicts but the weight tables
+    sizes: list[int]
+    keys: list[Any]
+    objects: list[Any]
+    sized: list[Any]  # the other tables that are not dicts: by length
+    lengths: list[int]
+    weight_tables: list[dict]  # the non-empty parameter and buffer tables
+    weight_keys: list[Any]
+    in_tables: list[torch.Tensor | None]  # their values
+    tensors: list[torch.Tensor]  # the weights, then the tensor attributes
+    versions: list[int]
+    pointers: list[int]
+    attributes: list[tuple[dict[str, Any], str, torch.Tensor]]  # tensor attributes
+    deep: list[tuple[dict[str, Any], str, Any]]  # plain containers: (state, key, recorded form)
+
+    @staticmethod
+    def of(tree: list[tuple[dict, dict, str]], weights: list[_Weight],
+           held: list[_Held]) -> _Snapshot:
+        tables: dict[int, Any] = {}
+        for table, _, _ in tree:
+            tables[id(table)] = table
+        weight_tables = {id(w.table): w.table for w in weights}
+        for h in held:
+            tables[id(h.state)] = h.state
+            for t in h.tables:
+                tables[id(t)] = t
+        tables = {i: t for i, t in tables.items() if i not in weight_tables}
+        empty = [t for t in [*tables.values(), *weight_tables.values()] if not t]
+        full = [t for t in tables.values() if t and isinstance(t, dict)]
+        sized = [t for t in tables.values() if t and not isinstance(t, dict)]
+        weighed = [t for t in weight_tables.values() if t]
+        deep = [(h.state, k, h.kept[k]) for h in held for k in h.deep]
+        attributes = [(state, k, state[k]) for state, k, _ in deep
+                      if isinstance(state[k], torch.Tensor)]
+        in_tables = list(chain.from_iterable(map(dict.values, weighed)))  # None: no bias
+        tensors = [*(t for t in in_tables if t is not None), *(t for _, _, t in attributes)]
+        return _Snapshot(empty, full, list(map(len, full)), list(chain.from_iterable(full)),
+                         list(chain.from_iterable(map(dict.values, full))), sized,
+                         list(map(len, sized)), weighed, list(chain.from_iterable(weighed)),
+                         in_tables, tensors, list(map(_VERSION, tensors)),
+                         list(map(torch.Tensor.data_ptr, tensors)), attributes,
+                         [entry for entry in deep if not isinstance(entry[2], _Identity)])
+
+    def unchanged(self) -> bool:
+        full, weighed = self.full, self.weight_tables
+        try:
+            if (any(self.empty) or list(map(len, full)) != self.sizes
+                    or list(chain.from_iterable(full)) != self.keys
+                    or list(chain.from_iterable(map(dict.values, full))) != self.objects):
+                return False
+        except Exception:  # an `==` that is not a bool (a tensor, an array): changed, to be safe
+            return False
+        if (list(map(len, self.sized)) != self.lengths
+                or list(chain.from_iterable(weighed)) != self.weight_keys
+                or not all(map(operator.is_, chain.from_iterable(map(dict.values, weighed)),
+                               self.in_tables))
+                or list(map(_VERSION, self.tensors)) != self.versions
+                or list(map(torch.Tensor.data_ptr, self.tensors)) != self.pointers):
+            return False
+        for state, key, tensor in self.attributes:
+            if state.get(key) is not tensor:
+                return False
+        for state, key, kept in self.deep:
+            if not _same(kept, _recorded_now(state.get(key, _MISSING))):
+                return False
+        return True
 
 
 @dataclass

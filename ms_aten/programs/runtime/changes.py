@@ -64,9 +64,12 @@ def follow(cell: Any, running: bool = False) -> None:
     into its Parameters, the forward captured again; TorchModuleChanged for what it cannot
     take. `running`: called by a graph's launch (ChangeCheck)."""
     guards = cell._guards
+    if guards.unchanged():
+        return
     tree, values = guards.tree(), guards.values()
     written = guards.weights(moved=bool(tree))
     if not (tree or values or written):
+        guards.record()  # a new object of an equal value: the quick check passes again
         return
     owner = f"ms_aten.module({cell._name})"
     if tree or written:

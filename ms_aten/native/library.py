@@ -58,10 +58,12 @@ def kernel(target: str, multi_output: bool = False) -> str:
 
 
 def current_target() -> str:
-    """MindSpore's device target ("CPU", "GPU" or "Ascend")."""
-    import mindspore as ms
+    """MindSpore's device target ("CPU", "GPU" or "Ascend"): the setting ms.get_context reads,
+    read in ~1 µs instead of ~8 (its argument checks); it runs on every PYNATIVE call."""
+    from mindspore import context
+    from mindspore._c_expression import ms_ctx_param
 
-    return ms.get_context("device_target")
+    return context._context().get_param(ms_ctx_param.device_target)
 
 
 def launch_count() -> int:

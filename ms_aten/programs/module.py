@@ -12,6 +12,7 @@ from mindspore import PYNATIVE_MODE, Parameter, ParameterTuple, Tensor, get_cont
 from torch.export import ExportedProgram
 
 from ..native import library
+from ..ops.primitive import graph_mode
 from ..native.convert import to_ms, to_torch
 from .base import Signature
 from .capture.export import DynamicShapes, example_like, export
@@ -148,6 +149,7 @@ class TorchModule(ProgramCell):
         self._change_check = ChangeCheck(self) if library.current_target() == "CPU" else None
         # Primitives a change replaced (by family) -> why: a graph still holding one refuses.
         self._retired: dict[int, str] = {}
+        self._followed = False  # a GRAPH-mode call from Python just took the changes
         # The changes each capture made again took (runtime/changes.py), oldest first.
         self.recaptures: list[list[Change]] = []
 
@@ -383,7 +385,15 @@ class TorchModule(ProgramCell):
         # A call from Python (PYNATIVE, or a GRAPH-mode Cell called at the top): the torch
         # module's changes since the capture are applied first (changes.py).
         follow(self)
-        return super().__call__(*args, **kwargs)
+        if self._change_check is None or not graph_mode():
+            return super().__call__(*args, **kwargs)
+        # The graph this call launches checks again in its ChangeCheck op, with no Python run
+        # in between: that op skips its check while this flag is up.
+        object.__setattr__(self, "_followed", True)
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            object.__setattr__(self, "_followed", False)
 
     def construct(self, *args, **kwargs):
         inputs = after(self._change_check, self._check_token, self._leaves(args, kwargs))

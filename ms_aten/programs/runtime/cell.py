@@ -4,9 +4,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mindspore import PYNATIVE_MODE, Tensor, get_context, nn
+from mindspore import Tensor, nn
 
 from ...native import dtypes
+from ...ops.primitive import graph_mode
 from ..base import Signature
 from ..capture.structure import LEAVES, Inputs, Node, build, check_call, pick
 from ..lowering.program import Program
@@ -75,7 +76,7 @@ class ProgramCell(nn.Cell):
         self._check_inputs(leaves)
         if not kwargs and len(leaves) == len(args) and all(
                 a is b for a, b in zip(leaves, args, strict=True)) \
-                and get_context("mode") == PYNATIVE_MODE:
+                and not graph_mode():
             # Inputs that are already the flat tensors go to construct as they came:
             # PYNATIVE's ms.grad(cell) finds its recording by the Cell's own arguments.
             return super().__call__(*args)

@@ -160,7 +160,8 @@ class ChangeCheck(ops.Custom):
     so this launch runs them), writes the weights written in torch into the Parameters' memory
     (the graph's), and refuses to run a primitive a change replaced (its token: the family the
     graph was compiled with). PYNATIVE runs no op: the Cell's
-    `__call__` took the changes."""
+    `__call__` took the changes, as it does before a GRAPH-mode call from Python, whose graph's
+    op then only checks the token (`_followed`)."""
 
     def __init__(self, cell: Any):
         ref = weakref.ref(cell)
@@ -177,7 +178,8 @@ class ChangeCheck(ops.Custom):
                 retired = this._retired.get(int(token[0]))
                 if retired is not None:
                     raise TorchModuleChanged(retired)
-                follow(this, running=True)
+                if not this._followed:  # a call from Python took the changes just now
+                    follow(this, running=True)
             return token
 
         super().__init__(at_launch, out_shape=at_build, out_dtype=lambda dtype: dtype,

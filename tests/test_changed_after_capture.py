@@ -305,3 +305,19 @@ def test_one_element_weight_replaced(mode):
     with pytest.raises(TorchModuleChanged, match=r"requires_grad of the torch module's weight "
                                                  r"'alpha'"):
         case.cell(to_ms(X))
+
+
+def test_graph_call_from_python_checks_once():
+    """A GRAPH-mode call from Python takes the changes before MindSpore runs its graph, whose
+    check op then skips its own pass; a graph compiled around the Cell checks in its op."""
+    case = Case("graph")
+    case.check()
+    guards, passes = case.cell._guards, []
+    quick = guards.unchanged
+    guards.unchanged = lambda: passes.append(1) or quick()
+    case.cell(to_ms(X))
+    assert len(passes) == 1
+    case.grad(to_ms(X))
+    assert len(passes) == 2
+    case.model.scale = -1.5  # and what it skips is still seen by the next call's own check
+    case.check()

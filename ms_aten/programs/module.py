@@ -12,8 +12,8 @@ from mindspore import PYNATIVE_MODE, Parameter, ParameterTuple, Tensor, get_cont
 from torch.export import ExportedProgram
 
 from ..native import library
-from ..ops.primitive import graph_mode
 from ..native.convert import to_ms, to_torch
+from ..ops.primitive import graph_mode
 from .base import Signature
 from .capture.export import DynamicShapes, example_like, export
 from .capture.guards import Change, Guards

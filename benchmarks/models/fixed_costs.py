@@ -3,14 +3,14 @@ path) in the main thread's CPU time, which other processes' load inflates far le
 time, and each route's wall time and launches per call. One process per run; for an A/B, run
 it alternately from two checkouts (`PYTHONPATH=<checkout>`), in fresh processes.
 
-    .venv/bin/python -m benchmarks.fixed.run                      # GPT-2 tiny, every route
-    .venv/bin/python -m benchmarks.fixed.run --model gpt2-small --routes check "PYNATIVE forward"
+    .venv/bin/python -m benchmarks.models.fixed_costs            # GPT-2 tiny, every route
+    .venv/bin/python -m benchmarks.models.fixed_costs --model gpt2-small --threads 0 \
+        --routes check "PYNATIVE forward"
 
 Routes (models/workloads.py's model and data, ms_aten.set_num_threads(--threads)):
 - check: the change check of a call from Python (runtime/changes.follow) with nothing changed,
   main-thread CPU time;
-- "PYNATIVE forward": `cell(x)`, main-thread CPU time and wall (the launch runs inline on
-  the main thread when it is too small to split, so its CPU time holds the ATen work too);
+- "PYNATIVE forward": `cell(x)`, main-thread CPU time and wall;
 - "GRAPH forward", "GRAPH forward+backward" (jitted value_and_grad of a MindSpore loss Cell),
   "GRAPH step <optimizer>" and "PYNATIVE step <optimizer>" (nn.Adam, ms_aten.optim.Adam):
   wall per call and launches per call.

@@ -1,7 +1,8 @@
 """A small model's fixed costs per call: ms_aten's own Python work (the change check, the call
 path) in the main thread's CPU time, which other processes' load inflates far less than wall
 time, and each route's wall time and launches per call. One process per run; for an A/B, run
-it alternately from two checkouts (`PYTHONPATH=<checkout>`), in fresh processes.
+it alternately in two checkouts (`-m` from each one's root: run by its path, this folder's
+profile.py would shadow Python's), in fresh processes.
 
     .venv/bin/python -m benchmarks.models.fixed_costs            # GPT-2 tiny, every route
     .venv/bin/python -m benchmarks.models.fixed_costs --model gpt2-small --threads 0 \

@@ -270,16 +270,16 @@ class Held(torch.nn.Module):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_equal_replacements_then_changes(mode):
-    """A config or hook table replaced by an equal one changes nothing; a later change to the
-    new one is seen (as the replacement, the object the capture read being another), and
-    after each the quick check passes again."""
+    """A hook table replaced by an equal one changes nothing; a config replaced by an equal one
+    is captured again (its `==` compares fields by value, blind to `1` for `1.0`); a later
+    change to either is seen, and after each the quick check passes again."""
     case = Case(mode, model=Held)
     case.check()
-    guards = case.cell._guards
-    case.model.config = transformers.PretrainedConfig(scale=1.0)
     case.model.fc._forward_hooks = OrderedDict()
     case.check()
-    assert case.cell.recaptures == [] and guards.unchanged()
+    assert case.cell.recaptures == [] and case.cell._guards.unchanged()
+    case.model.config = transformers.PretrainedConfig(scale=1.0)
+    case.check()
     case.model.config.scale = -2.0
     case.check()
     case.model.fc.register_forward_hook(lambda module, args, out: out * 3.0)
@@ -287,8 +287,8 @@ def test_equal_replacements_then_changes(mode):
     case.model.factors[0] = 0.25  # a list changed in place
     case.check()
     assert [c.path for changes in case.cell.recaptures for c in changes] == [
-        "config", "fc._forward_hooks", "factors"]
-    assert guards.unchanged()
+        "config", "config.scale", "fc._forward_hooks", "factors"]
+    assert case.cell._guards.unchanged()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -321,3 +321,42 @@ def test_graph_call_from_python_checks_once():
     assert len(passes) == 2
     case.model.scale = -1.5  # and what it skips is still seen by the next call's own check
     case.check()
+
+
+class Typed(torch.nn.Module):
+    """A forward whose dtypes follow the types of Python values: `1` and `1.0` are equal to
+    `==` but torch.full makes int64 of one and float32 of the other."""
+
+    def __init__(self):
+        super().__init__()
+        self.fill = 2
+        self.pair = (1, 3)
+        self.rows = [[1, 2]]
+
+    def forward(self, x):
+        return (x.sum() + torch.full((2,), self.fill), torch.tensor(self.pair),
+                torch.tensor(self.rows))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_equal_value_of_another_type(mode):
+    """An attribute replaced by an equal value of another type, at the top, in a tuple and in
+    a nested list edited in place: captured again, the dtypes torch's."""
+    set_mode(mode)
+    model = Typed()
+    cell = ms_aten.module(model, (X,))
+
+    def check() -> None:
+        for got, expected in zip(cell(to_ms(X)), model(X), strict=True):
+            got = to_torch(got)
+            assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
+            torch.testing.assert_close(got, expected)
+
+    check()
+    model.fill = 2.0
+    check()
+    model.pair = (1.0, 3)
+    check()
+    model.rows[0][0] = 1.0
+    check()
+    assert [c.path for changes in cell.recaptures for c in changes] == ["fill", "pair", "rows"]

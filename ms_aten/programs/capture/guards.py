@@ -51,12 +51,23 @@ def _is_plain(value: Any, depth: int = 0) -> bool:
 
 
 def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same types, inside containers too: `1` and `1.0`, or `(1,)` and
+    `(1.0,)`, are equal to `==` but give torch ops other dtypes."""
     if a is b:
         return True
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a) and math.isnan(b):
         return True
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(map(_same, a, b)) and all(
+            map(_same, a.values(), b.values()))
+    if isinstance(a, (set, frozenset)):
+        return {(type(v), v) for v in a} == {(type(v), v) for v in b}
     try:
-        return type(a) is type(b) and bool(a == b)
+        return bool(a == b)
     except Exception:  # a value whose == is not a bool: changed, to be safe
         return False
 
@@ -241,6 +252,10 @@ class _Snapshot:
       compares a replacement against them, and a later change to it is seen). The weights, in
       their tables, and tensor attributes are compared by identity (a one-element tensor's `==`
       is its value), and have the same version counter and storage.
+    - The objects have the same types (`1.0` for `1` is equal to `==` but makes another
+      dtype), and all but plain scalars are the same objects (`(1.0,)` for `(1,)`, a config
+      whose `==` compares its fields so): a new one costs a detailed check, which compares
+      items' types (_same) and takes another config as a change.
     - Mutable plain containers (`_Held.deep`) have the same value, as values() compares them.
     Stricter than the detailed checks (`training` included): a False costs one detailed check
     and a record."""
@@ -250,6 +265,9 @@ class _Snapshot:
     sizes: list[int]
     keys: list[Any]
     objects: list[Any]
+    types: list[type]
+    identity: list[int]  # the indices in objects of all but plain scalars
+    identical: list[Any]  # those objects
     sized: list[Any]  # the other tables that are not dicts: by length
     lengths: list[int]
     weight_tables: list[dict]  # the non-empty parameter and buffer tables
@@ -282,8 +300,11 @@ class _Snapshot:
                       if isinstance(state[k], torch.Tensor)]
         in_tables = list(chain.from_iterable(map(dict.values, weighed)))  # None: no bias
         tensors = [*(t for t in in_tables if t is not None), *(t for _, _, t in attributes)]
+        objects = list(chain.from_iterable(map(dict.values, full)))
+        identity = [i for i, o in enumerate(objects) if type(o) not in _PLAIN_TYPES]
         return _Snapshot(empty, full, list(map(len, full)), list(chain.from_iterable(full)),
-                         list(chain.from_iterable(map(dict.values, full))), sized,
+                         objects, list(map(type, objects)), identity,
+                         [objects[i] for i in identity], sized,
                          list(map(len, sized)), weighed, list(chain.from_iterable(weighed)),
                          in_tables, tensors, list(map(_VERSION, tensors)),
                          list(map(torch.Tensor.data_ptr, tensors)), attributes,
@@ -293,8 +314,11 @@ class _Snapshot:
         full, weighed = self.full, self.weight_tables
         try:
             if (any(self.empty) or list(map(len, full)) != self.sizes
-                    or list(chain.from_iterable(full)) != self.keys
-                    or list(chain.from_iterable(map(dict.values, full))) != self.objects):
+                    or list(chain.from_iterable(full)) != self.keys):
+                return False
+            now = list(chain.from_iterable(map(dict.values, full)))
+            if (now != self.objects or list(map(type, now)) != self.types or not all(
+                    map(operator.is_, map(now.__getitem__, self.identity), self.identical))):
                 return False
         except Exception:  # an `==` that is not a bool (a tensor, an array): changed, to be safe
             return False
@@ -317,7 +341,7 @@ class _Snapshot:
 @dataclass
 class _Held:
     """One `__dict__`'s recorded values. unchanged() is the per-call check: the values by
-    identity (one tuple comparison), hook tables by length, mutable containers and tensors by
+    identity, hook tables by length, mutable containers and tensors by
     value; changes() says what differs when it fails."""
 
     state: dict[str, Any]
@@ -347,10 +371,9 @@ class _Held:
 
     def unchanged(self) -> bool:
         state = self.state
-        try:
-            if len(state) != self.size or tuple(map(state.get, self.keys)) != self.objects:
-                return False
-        except Exception:  # a value whose == is not a bool (a tensor): compare one by one
+        # By identity: an equal object of another type is for changes() to judge (_same).
+        if len(state) != self.size or not all(
+                map(operator.is_, map(state.get, self.keys), self.objects)):
             return False
         return (tuple(map(len, self.tables)) == self.lengths
                 and all(tuple(t) == k for t, k in self.keyed)

@@ -13,8 +13,9 @@ Per model and route (GRAPH mode, models/run.py's routes, ATen's default threads)
    ("ms_aten launch: <name>", csrc/launch/kernel.cpp) whose children are the ATen ops it ran. A
    forward launch splits into its ATen ops and the bridge around them; a VJP launch into the
    zeroing of its gradient outputs, the recompute (the ops before autograd starts), autograd's
-   backward and the gradient writes (autograd's AccumulateGrad into MindSpore's buffers); an
-   optimizer launch is its fused kernel.
+   backward and the gradient writes (autograd's AccumulateGrad into MindSpore's buffers); a
+   single-op launch (the optimizer's fused kernel, an ms_aten.nn loss and its backward) is its
+   op. The backward node by node: each autograd node's total, torch eager's against the VJP's.
 3. MindSpore's Profiler: every kernel MindSpore launched (its own ops, and the Custom ops that
    are ms_aten's launches) with its duration; the wall time no kernel covers is MindSpore's
    scheduling and waiting.
@@ -45,7 +46,8 @@ from benchmarks.models.run import parse_env
 from benchmarks.models.workloads import CONFIGS
 
 ROUTES = ("GRAPH forward cell(x)", "GRAPH forward+backward",
-          "GRAPH forward+backward, loss in the program", "GRAPH step nn.Adam",
+          "GRAPH forward+backward, loss in the program", "GRAPH forward+backward, ms_aten.nn loss",
+          "GRAPH step nn.Adam", "GRAPH step nn.Adam, ms_aten.nn loss",
           "GRAPH step ms_aten.optim.Adam", "GRAPH nn.Adam update alone",
           "GRAPH ms_aten.optim.Adam update alone")
 LAUNCH = "ms_aten launch: "
@@ -86,8 +88,8 @@ def aten_phases(events: list, calls: int) -> dict[str, dict[str, float]]:
         spent = sum(k.time_range.elapsed_us() for k in kids)
         first = next((i for i, k in enumerate(kids) if k.name.startswith(BACKWARD)), None)
         name = launch.name[len(LAUNCH):]
-        if name.startswith("aten::"):  # a single op: the optimizer's fused kernel
-            kind, split = f"optimizer ({name})", {"fused kernel": spent}
+        if name.startswith("aten::"):  # a single op: the optimizer's fused kernel, a loss
+            kind, split = f"single op ({name})", {"ATen op": spent}
         elif first is None:
             kind, split = "forward kernel", {"ATen ops": spent}
         else:
@@ -106,9 +108,12 @@ def aten_phases(events: list, calls: int) -> dict[str, dict[str, float]]:
 
 
 def op_totals(prof, calls: int) -> dict[str, list[float]]:
-    """Per ATen op: [self ms per call, calls per call], the op-by-op view of a profile."""
-    return {e.key: [e.self_cpu_time_total / calls / 1e3, e.count / calls]
-            for e in prof.key_averages() if e.key.startswith("aten::")}
+    """Per ATen op: [self ms per call, calls per call], the op-by-op view of a profile; per
+    autograd node (BACKWARD + its name): [total ms per call, calls per call], the backward's
+    node-by-node view."""
+    return {e.key: [(e.self_cpu_time_total if e.key.startswith("aten::") else
+                     e.cpu_time_total) / calls / 1e3, e.count / calls]
+            for e in prof.key_averages() if e.key.startswith(("aten::", BACKWARD))}
 
 
 def torch_profile(call: Callable[[], object], calls: int) -> tuple[dict, dict]:
@@ -257,7 +262,8 @@ SPIN = "MindSpore waiting: AsyncRQueue::Wait spin, sched_yield loops"
 ATEN = "ATen kernels (libtorch_cpu, MKL)"
 COLUMNS = ("route", "wall", "forward kernel: ATen ops / bridge",
            "VJP kernel: recompute / autograd backward / gradient writes / bridge",
-           "optimizer kernel", "MindSpore's own kernels (Adam)", "MindSpore: no kernel running",
+           "single-op launches (optimizer, ms_aten.nn loss)", "MindSpore's own kernels (Adam)",
+           "MindSpore: no kernel running",
            "perf CPU: MindSpore spinning / ATen")
 
 
@@ -266,7 +272,7 @@ def route_row(route: str, r: dict) -> list[str]:
     torch_phases = r["torch profiler"]
     forward = torch_phases.get("forward kernel", {})
     vjp = torch_phases.get("VJP kernel", {})
-    optimizer = next((v for k, v in torch_phases.items() if k.startswith("optimizer")), {})
+    single = sum(v["launch total"] for k, v in torch_phases.items() if k.startswith("single op"))
     kernels = r["mindspore profiler"]["kernels"]
     own = sum(v for k, v in kernels.items() if k != "Custom")
     perf = r.get("perf") or {}
@@ -276,7 +282,7 @@ def route_row(route: str, r: dict) -> list[str]:
             " / ".join(fmt(vjp.get(k, 0)) for k in (
                 "recompute", "autograd backward", "gradient writes (zeroing + AccumulateGrad)",
                 "bridge (outside ATen ops)")),
-            fmt(optimizer.get("launch total", 0)), f"{fmt(own)} ({fmt(kernels.get('Adam', 0))})",
+            fmt(single), f"{fmt(own)} ({fmt(kernels.get('Adam', 0))})",
             fmt(r["mindspore profiler"]["not in any kernel (scheduling, waiting)"]),
             f"{fmt(buckets.get(SPIN, 0))} / {fmt(buckets.get(ATEN, 0))}" if buckets
             else perf.get("skipped", "–")]
@@ -297,7 +303,30 @@ def report(results: dict) -> str:
         lines += ["| " + " | ".join(route_row(route, r)) + " |"
                   for route, r in data["routes"].items()]
         lines += ["", *forward_ops(eager["forward"], data["routes"].get(ROUTES[0])), ""]
+        for route in ROUTES[1:4]:
+            lines += [*backward_nodes(eager["forward+backward"], route,
+                                      data["routes"].get(route)), ""]
     return "\n".join(lines)
+
+
+def backward_nodes(eager: dict, route: str, ours: dict | None, rows: int = 14) -> list[str]:
+    """The backward node by node: each autograd node's total ms per call (its ATen ops
+    included), torch eager's against the route's VJP kernel's."""
+    if ours is None or "ATen ops" not in ours:
+        return []
+    theirs = {k: v for k, v in eager["ATen ops"].items() if k.startswith(BACKWARD)}
+    mine = {k: v for k, v in ours["ATen ops"].items() if k.startswith(BACKWARD)}
+    names = sorted(set(theirs) | set(mine),
+                   key=lambda n: -max(theirs.get(n, [0])[0], mine.get(n, [0])[0]))
+    total = [sum(v[0] for v in side.values()) for side in (theirs, mine)]
+    lines = [f"The backward node by node, {route} (total ms per call, and calls per call; "
+             f"all nodes: torch eager {fmt(total[0])}, ms_aten {fmt(total[1])}):", "",
+             "| autograd node | torch eager | ms_aten VJP kernel |", "|---|---:|---:|"]
+    for name in names[:rows]:
+        cells = [f"{fmt(t[0])} (×{t[1]:.0f})" if (t := side.get(name)) else "–"
+                 for side in (theirs, mine)]
+        lines.append(f"| {name[len(BACKWARD):]} | {cells[0]} | {cells[1]} |")
+    return lines
 
 
 def forward_ops(eager: dict, ours: dict | None, rows: int = 10) -> list[str]:

@@ -13,6 +13,9 @@ and data. Routes, as users run them:
   MindSpore's nn.Adam and with ms_aten.optim.Adam; each optimizer's update alone, jitted, on
   gradients already computed.
 - PYNATIVE: `cell(x)`; `ms.value_and_grad` unjitted; the training step with either optimizer.
+- The loss as ms_aten.nn's loss Cell (AtenLossCell: ms_aten.nn.CrossEntropyLoss, ATen's loss
+  as one MindSpore op, in place of MindSpore's ops.cross_entropy): the jitted forward+backward
+  and the training step with nn.Adam.
 - The loss in the program: the model and its loss captured as one torch module
   (tests/models.WithLoss), so that the loss runs in ATen instead of in MindSpore (LossCell):
   its jitted forward+backward, and its training step with ms_aten.optim.Adam.
@@ -76,6 +79,25 @@ class Route:
         out = self.run()
         ms_sync()
         return out
+
+
+class AtenLossCell(nn.Cell):
+    """LossCell with ms_aten.nn's loss Cell in place of MindSpore's: ATen's cross entropy (or
+    mse_loss) as one op, its backward ATen's derivative."""
+
+    def __init__(self, net: nn.Cell, kind: str):
+        super().__init__()
+        self.net = net
+        self.lm = kind == "lm"
+        self.loss = ms_aten.nn.MSELoss() if kind == "mse" else ms_aten.nn.CrossEntropyLoss()
+
+    def construct(self, x, target):
+        out = self.net(x)
+        if isinstance(out, dict):  # an HF model's output, by field name
+            out = out["logits"]
+        if self.lm:
+            return self.loss(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+        return self.loss(out, target)
 
 
 def torch_reference(model: str) -> Reference:
@@ -182,6 +204,7 @@ class Bench:
         cell, x, target = self.cell, self.x, self.target
         params = cell.trainable_params()
         grad_fn = ms.value_and_grad(LossCell(cell, self.kind), None, params)
+        aten_grad_fn = ms.value_and_grad(AtenLossCell(cell, self.kind), None, params)
 
         @ms.jit
         def forward_jit(tokens):
@@ -190,12 +213,28 @@ class Bench:
         @ms.jit
         def grad_jit(tokens, labels):
             return grad_fn(tokens, labels)  # the loss and every gradient: nothing is pruned
+
+        @ms.jit
+        def aten_grad_jit(tokens, labels):
+            return aten_grad_fn(tokens, labels)
+
+        optimizers = {  # name -> (a new optimizer, its check)
+            "nn.Adam": (lambda: nn.Adam(params, learning_rate=LR, beta1=BETAS[0],
+                                        beta2=BETAS[1], eps=EPS), self.check_adam_step),
+            "ms_aten.optim.Adam": (lambda: ms_aten.optim.Adam(params, lr=LR, betas=BETAS,
+                                                              eps=EPS),
+                                   self.check_torch_adam_step)}
         routes = {
             "GRAPH forward+backward, recompute": Route(GRAPH, self.recompute_grad(),
                                                        self.check_grads),
             "GRAPH forward cell(x)": Route(GRAPH, lambda: cell(x), self.check_logits),
             "GRAPH forward ms.jit": Route(GRAPH, lambda: forward_jit(x), self.check_logits),
             "GRAPH forward+backward": Route(GRAPH, lambda: grad_jit(x, target), self.check_grads),
+            "GRAPH forward+backward, ms_aten.nn loss": Route(
+                GRAPH, lambda: aten_grad_jit(x, target), self.check_grads),
+            "GRAPH step nn.Adam, ms_aten.nn loss": Route(
+                GRAPH, self.step(optimizers["nn.Adam"][0](), jit=True, loss=AtenLossCell),
+                self.check_adam_step),
             "PYNATIVE forward cell(x)": Route(PYNATIVE, lambda: cell(x), self.check_logits),
             "PYNATIVE forward+backward": Route(PYNATIVE, lambda: grad_fn(x, target),
                                                self.check_grads),
@@ -205,12 +244,6 @@ class Bench:
                 GRAPH, self.loss_in_program(lambda params: ms_aten.optim.Adam(
                     params, lr=LR, betas=BETAS, eps=EPS)), self.check_program_loss_step),
         }
-        optimizers = {  # name -> (a new optimizer, its check)
-            "nn.Adam": (lambda: nn.Adam(params, learning_rate=LR, beta1=BETAS[0],
-                                        beta2=BETAS[1], eps=EPS), self.check_adam_step),
-            "ms_aten.optim.Adam": (lambda: ms_aten.optim.Adam(params, lr=LR, betas=BETAS,
-                                                              eps=EPS),
-                                   self.check_torch_adam_step)}
         for name, (make, check) in optimizers.items():
             for mode in (GRAPH, PYNATIVE):
                 routes[f"{MODE_NAMES[mode]} step {name}"] = Route(
@@ -276,8 +309,9 @@ class Bench:
             return update(tuple(grads))
         return run
 
-    def step(self, optimizer: nn.Optimizer, jit: bool) -> Callable[[], object]:
-        grad_fn = ms.value_and_grad(LossCell(self.cell, self.kind), None, optimizer.parameters)
+    def step(self, optimizer: nn.Optimizer, jit: bool,
+             loss: type[nn.Cell] = LossCell) -> Callable[[], object]:
+        grad_fn = ms.value_and_grad(loss(self.cell, self.kind), None, optimizer.parameters)
 
         def step(tokens, labels):
             loss, grads = grad_fn(tokens, labels)

@@ -169,3 +169,45 @@ def test_a_module_differentiated_in_either_mode_keeps_its_graph(mode, train):
         grad_fn(x, target)[0].asnumpy()
         assert len(CALLS) == 1
     assert parked() == 0
+
+
+def gradient_paths(x, w, u, idx):
+    """Each way a gradient reaches an input: x by two paths (summed), w's as a broadcast (an
+    expanded tensor) and as the incoming gradient itself (add passes it on unchanged), u's
+    nowhere (only a mask reads it), idx an integer input."""
+    y = ((x * w.sum() + x) * (u > 0)).index_select(0, idx)
+    return y, w + 1
+
+
+class SquaredSums(ms.nn.Cell):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def construct(self, x, w, u, idx):
+        y, v = self.fn(x, w, u, idx)
+        return y.sum() + (v * v).sum()
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["kept_graph", "recompute"])
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_each_gradient_lands_once_in_its_buffer(mode, record):
+    """The VJP writes each gradient into MindSpore's buffer as autograd accumulates it and zeroes
+    the buffers no gradient reaches: torch's gradients call after call (nothing left from the
+    call before), for every way a gradient arrives."""
+    example = (torch.randn(4, 3), torch.randn(3), torch.randn(4, 3), torch.tensor([2, 0, 3]))
+    fn = ms_aten.TorchFunction(ms_aten.AtenFunction(
+        ms_aten.function(gradient_paths, example).program, record=record))
+    set_mode(mode)
+    grad_fn = ms.grad(SquaredSums(fn), grad_position=(0, 1, 2))
+    for _ in range(3):
+        x, w, u = torch.randn(4, 3), torch.randn(3), torch.randn(4, 3)
+        got = grad_fn(to_ms(x), to_ms(w), to_ms(u), to_ms(example[3]))
+        leaves = [t.clone().requires_grad_() for t in (x, w, u)]
+        y, v = gradient_paths(*leaves, example[3])
+        (y.sum() + (v * v).sum()).backward()
+        for name, g, leaf in zip("xwu", got, leaves, strict=True):
+            want = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+            np.testing.assert_allclose(g.asnumpy(), want.numpy(), rtol=1e-5, atol=1e-6,
+                                       err_msg=name)
+    assert parked() == 0

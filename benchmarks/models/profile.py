@@ -6,7 +6,7 @@ benchmarks/results/models/profile/profile_runs.{md,json} (profile.md reads them)
     .venv/bin/python -m benchmarks.models.profile --models gpt2-tiny --no-perf
     .venv/bin/python -m benchmarks.models.profile --ms-env MS_DEV_HOST_BLOCKING_RUN=1
 
-Per model and route (GRAPH mode, models/run.py's routes, ATen's default threads):
+Per model and route (GRAPH mode, models/run.py's routes, ATen's default threads or --threads):
 1. wall: the median of synchronized calls, no profiler attached.
 2. torch's profiler inside the kernels: ms_aten's launches run in MindSpore's threads, which
    torch's profiler records with profile_all_threads=True; each launch is one event
@@ -195,15 +195,18 @@ def perf_profile(call: Callable[[], object], seconds: float) -> dict | None:
                                                for k, v in threads.most_common()}}
 
 
-def ms_aten_worker(model: str, route: str, use_perf: bool) -> dict:
+def ms_aten_worker(model: str, route: str, use_perf: bool, threads: int) -> dict:
     import mindspore as ms
 
+    import ms_aten
     from benchmarks.common.timing import TimingConfig
     from benchmarks.models.worker_ms_aten import Bench
     from benchmarks.models.workloads import Task
 
     ms.set_device("CPU")
-    bench = Bench(Task(model, "time", route, 0, TimingConfig(2, 1, 0.0)))
+    if threads:
+        ms_aten.set_num_threads(threads)
+    bench = Bench(Task(model, "time", route, threads, TimingConfig(2, 1, 0.0)))
     route_obj = bench.routes()[route]
     route_obj.check(route_obj.call())
     for _ in range(3):
@@ -217,13 +220,15 @@ def ms_aten_worker(model: str, route: str, use_perf: bool) -> dict:
     return result
 
 
-def torch_worker(model: str) -> dict:
+def torch_worker(model: str, threads: int) -> dict:
     """torch eager's forward and forward+backward: wall, and the ATen ops' own total (top-level
     ops only: what runs below Python)."""
     import torch
 
     from benchmarks.models.workloads import case, models
 
+    if threads:
+        torch.set_num_threads(threads)
     c = case(model)
     module, x, target = c.module, c.inputs[0], c.target
 
@@ -351,6 +356,9 @@ def main(argv: list[str] | None = None) -> None:
                         default=["gpt2-tiny", "gpt2-medium", "bert-medium"])
     parser.add_argument("--routes", nargs="*", choices=ROUTES, default=list(ROUTES))
     parser.add_argument("--no-perf", action="store_true")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="ATen threads on both sides (0: ATen's default); 1 keeps a loaded "
+                             "machine's preemptions out of OpenMP's barriers")
     parser.add_argument("--out", type=Path, default=workers.RESULTS / "models" / "profile")
     parser.add_argument("--note", default="")
     parser.add_argument("--ms-env", nargs="*", default=[], metavar="KEY=VALUE",
@@ -361,10 +369,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--route", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker == "torch":
-        workers.emit(torch_worker(args.model))
+        workers.emit(torch_worker(args.model, args.threads))
         return
     if args.worker == "ms_aten":
-        workers.emit(ms_aten_worker(args.model, args.route, not args.no_perf))
+        workers.emit(ms_aten_worker(args.model, args.route, not args.no_perf, args.threads))
         return
     load = os.getloadavg()
     ms_env = parse_env(args.ms_env)
@@ -372,13 +380,14 @@ def main(argv: list[str] | None = None) -> None:
     for model in args.models:
         print(f"{model}: torch eager", flush=True)
         results[model] = {"torch eager": workers.run(
-            "benchmarks.models.profile", ["--worker", "torch", "--model", model]), "routes": {}}
+            "benchmarks.models.profile", ["--worker", "torch", "--model", model,
+                                          "--threads", str(args.threads)]), "routes": {}}
         for route in args.routes:
             print(f"{model}: {route}", flush=True)
             results[model]["routes"][route] = workers.run(
                 "benchmarks.models.profile",
-                ["--worker", "ms_aten", "--model", model, "--route", route]
-                + (["--no-perf"] if args.no_perf else []), ms_env)
+                ["--worker", "ms_aten", "--model", model, "--route", route,
+                 "--threads", str(args.threads)] + (["--no-perf"] if args.no_perf else []), ms_env)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "_".join(["profile_runs", *ms_env])
     (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1))

@@ -4,6 +4,8 @@
 #include <ATen/Context.h>
 #include <c10/core/ScalarTypeToTypeMeta.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <cstring>
 #include <limits>
@@ -28,6 +30,41 @@ std::vector<int> ids(const std::string& text) {
   for (const auto& part : split(text, ',')) values.push_back(static_cast<int>(to_int(part)));
   return values;
 }
+
+// Writes a leaf's gradient into MindSpore's output buffer as soon as AccumulateGrad has stored it
+// (autograd runs each leaf's AccumulateGrad once per pass, the gradients that reach it summed),
+// then releases it: the gradient lives from its last node to this copy, as in torch eager.
+class WriteGradient : public torch::autograd::PostAccumulateGradHook {
+ public:
+  WriteGradient(at::Tensor out, size_t index, uint8_t* written)
+      : out_(std::move(out)), index_(index), written_(written) {}
+  void operator()(const torch::autograd::Variable& leaf) override {
+    at::Tensor& grad = leaf.mutable_grad();
+    copy_into_output(out_, grad, index_);
+    grad.reset();
+    *written_ = 1;
+  }
+
+ private:
+  at::Tensor out_;
+  size_t index_;
+  uint8_t* written_;
+};
+
+// Removes the hooks from the leaves when the backward ends (or throws): they hold views of
+// MindSpore's buffers, which live only as long as the launch.
+class GradientWrites {
+ public:
+  explicit GradientWrites(const std::vector<at::Tensor>& leaves) : leaves_(leaves) {}
+  ~GradientWrites() {
+    for (const auto& leaf : leaves_) torch::autograd::impl::set_post_acc_grad_hooks(leaf, nullptr);
+  }
+  GradientWrites(const GradientWrites&) = delete;
+  GradientWrites& operator=(const GradientWrites&) = delete;
+
+ private:
+  const std::vector<at::Tensor>& leaves_;
+};
 
 // A Python number as torch's arg parser passes it to a Tensor argument.
 at::Tensor wrapped_number(const std::string& token) {
@@ -587,13 +624,15 @@ void Program::vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::T
   c10::AutoGradMode grad_mode(true);
   if (graph) {
     check_derivatives(graph->outputs);  // a refusal drops the kept graph too
-    for (const auto& out : outputs) out.zero_();
     backward_into(graph->outputs, inputs, graph->leaves, graph->leaf_index, outputs);
     return;
   }
   check_recompute();
   auto [values, wrt, wrt_index] = recompute(inputs, outputs);
-  if (wrt.empty()) return;
+  if (wrt.empty()) {  // nothing is differentiable: all zeros
+    for (const auto& out : outputs) out.zero_();
+    return;
+  }
   std::vector<at::Tensor> ys;
   for (size_t k = 0; k < n_out; ++k) ys.push_back(output(values, k));
   check_derivatives(ys);
@@ -605,8 +644,11 @@ void Program::backward_into(const std::vector<at::Tensor>& ys,
                             const std::vector<at::Tensor>& leaves,
                             const std::vector<size_t>& leaf_index,
                             const std::vector<at::Tensor>& outputs) const {
-  std::vector<at::Tensor> wrt = leaves;
-  for (size_t k = 0; k < wrt.size(); ++k) wrt[k].mutable_grad() = outputs[leaf_index[k]];
+  // Each gradient is copied once into its buffer as it lands (WriteGradient), where zeroing the
+  // buffer as the leaf's .grad for AccumulateGrad to add into cost a write, then two reads and
+  // a write; AccumulateGrad stores a fresh gradient without a copy (it steals it).
+  std::vector<uint8_t> written(outputs.size(), 0);
+  const GradientWrites hooks(leaves);
   std::vector<at::Tensor> roots;
   std::vector<at::Tensor> grads;
   for (size_t k = 0; k < ys.size(); ++k) {
@@ -615,14 +657,19 @@ void Program::backward_into(const std::vector<at::Tensor>& ys,
       grads.push_back(inputs[n_inputs_ + k]);
     }
   }
-  if (roots.empty()) return;  // no output depends on a differentiable input: all zeros
-  torch::autograd::backward(roots, grads, /*retain_graph=*/false, /*create_graph=*/false, wrt);
-  // AccumulateGrad adds in place into a defined .grad when grad mode is off; should it ever
-  // replace the tensor instead, the result is copied.
-  for (size_t k = 0; k < wrt.size(); ++k) {
-    const at::Tensor& grad = wrt[k].grad();
-    const at::Tensor& out = outputs[leaf_index[k]];
-    if (grad.defined() && !grad.is_same(out)) copy_into_output(out, grad, leaf_index[k]);
+  if (!roots.empty()) {  // else no output depends on a differentiable input: all zeros
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      leaves[k].mutable_grad().reset();
+      torch::autograd::impl::set_post_acc_grad_hooks(
+          leaves[k], std::make_unique<WriteGradient>(outputs[leaf_index[k]], leaf_index[k],
+                                                     &written[leaf_index[k]]));
+    }
+    torch::autograd::backward(roots, grads, /*retain_graph=*/false, /*create_graph=*/false, leaves);
+  }
+  // What no gradient reached: the inputs nothing differentiable depends on, and the rest.
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!written[i]) outputs[i].zero_();
   }
 }
 
@@ -644,7 +691,6 @@ Program::Recomputed Program::leaves(const std::vector<at::Tensor>& inputs,
 
 Program::Recomputed Program::recompute(const std::vector<at::Tensor>& inputs,
                                        const std::vector<at::Tensor>& outputs) const {
-  for (const auto& out : outputs) out.zero_();
   // The launch's device: the handle's (the backward's inputs hold it after the RNG state).
   const c10::Device device = inputs[n_inputs_ + outputs_.size() + rng_].device();
   Recomputed r = leaves(inputs, device);
@@ -669,9 +715,10 @@ void Program::vjp2(const std::vector<at::Tensor>& inputs,
                  n_inputs_ + n_out, " outputs, got ", inputs.size(), " and ", outputs.size()));
   }
   check_recompute();
+  for (const auto& out : outputs) out.zero_();  // what nothing depends on stays zero
   c10::AutoGradMode grad_mode(true);
   auto [values, wrt, wrt_index] = recompute(inputs, outputs);
-  if (wrt.empty()) return;
+  if (wrt.empty()) return;  // nothing is differentiable: all zeros
   std::vector<at::Tensor> ys;
   std::vector<at::Tensor> dys;
   std::vector<at::Tensor> vars = wrt;          // what the second pass differentiates

@@ -128,13 +128,13 @@ class Program {
   };
   // The table with the inputs in place, the differentiable ones as leaves that require grad.
   Recomputed leaves(const std::vector<at::Tensor>& inputs, c10::Device device) const;
-  // Zeroes the backward's `outputs` (what nothing depends on stays zero), then runs the forward
-  // again under autograd (grad mode on, the RNG state replayed); runs nothing when no input is
-  // differentiable (wrt empty).
+  // Runs the forward again under autograd (grad mode on, the RNG state replayed); runs nothing
+  // when no input is differentiable (wrt empty).
   Recomputed recompute(const std::vector<at::Tensor>& inputs,
                        const std::vector<at::Tensor>& outputs) const;
   // One backward pass from the program's outputs `ys` (the VJP's incoming gradients are its
-  // inputs after the program's) into the gradient buffers of the leaves.
+  // inputs after the program's) into the gradient buffers of the leaves, each written once as
+  // its gradient lands; every other output buffer zeroed.
   void backward_into(const std::vector<at::Tensor>& ys, const std::vector<at::Tensor>& inputs,
                      const std::vector<at::Tensor>& leaves, const std::vector<size_t>& leaf_index,
                      const std::vector<at::Tensor>& outputs) const;

@@ -93,13 +93,17 @@ def aten_phases(events: list, calls: int) -> dict[str, dict[str, float]]:
         elif first is None:
             kind, split = "forward kernel", {"ATen ops": spent}
         else:
+            # The zeroing of gradient buffers, before the backward or (for those no gradient
+            # reached) after it, and AccumulateGrad's writes into the buffers.
             before, after = kids[:first], kids[first:]
-            zeroing = sum(k.time_range.elapsed_us() for k in before if k.name == "aten::zero_")
+            zeroed = [sum(k.time_range.elapsed_us() for k in part if k.name == "aten::zero_")
+                      for part in (before, after)]
             writes = sum(k.time_range.elapsed_us() for k in after if WRITES in k.name)
             kind = "VJP kernel"
-            split = {"recompute": sum(k.time_range.elapsed_us() for k in before) - zeroing,
-                     "autograd backward": sum(k.time_range.elapsed_us() for k in after) - writes,
-                     "gradient writes (zeroing + AccumulateGrad)": zeroing + writes}
+            split = {"recompute": sum(k.time_range.elapsed_us() for k in before) - zeroed[0],
+                     "autograd backward": sum(k.time_range.elapsed_us() for k in after)
+                     - writes - zeroed[1],
+                     "gradient writes (zeroing + AccumulateGrad)": sum(zeroed) + writes}
         phases[kind].update(split)
         phases[kind]["bridge (outside ATen ops)"] += total - spent
         phases[kind]["launch total"] += total

@@ -90,6 +90,9 @@ def test_quick_model_benchmark_checks_every_route_and_counts_launches(tmp_path: 
     assert launches["GRAPH forward+backward, recompute"] == 2
     assert launches["GRAPH step nn.Adam"] == 2
     assert launches["GRAPH step ms_aten.optim.Adam"] == 3  # the update is one more launch
+    # ms_aten.nn's loss: its op and its VJP are two more launches
+    assert launches["GRAPH forward+backward, ms_aten.nn loss"] == 4
+    assert launches["GRAPH step nn.Adam, ms_aten.nn loss"] == 4
     assert all(entry["ms"] > 0 for side in ("torch", "ms_aten") for entry in row[side].values())
     assert row["torch"]["forward"]["per_process_ms"]  # the torch side ran, apart
     assert "| GRAPH forward cell(x) |" in (tmp_path / "models" / "README.md").read_text()

@@ -171,11 +171,24 @@ def test_a_module_differentiated_in_either_mode_keeps_its_graph(mode, train):
     assert parked() == 0
 
 
+class NoneForTheSecond(torch.autograd.Function):
+    """x + u whose backward gives u no gradient (None): autograd then hands u's AccumulateGrad
+    an undefined gradient."""
+
+    @staticmethod
+    def forward(ctx, x, u):
+        return x + u
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
 def gradient_paths(x, w, u, idx):
     """Each way a gradient reaches an input: x by two paths (summed), w's as a broadcast (an
-    expanded tensor) and as the incoming gradient itself (add passes it on unchanged), u's
-    nowhere (only a mask reads it), idx an integer input."""
-    y = ((x * w.sum() + x) * (u > 0)).index_select(0, idx)
+    expanded tensor) and as the incoming gradient itself (add passes it on unchanged), u's as
+    None (a Function's backward) or nowhere (a mask), idx an integer input."""
+    y = NoneForTheSecond.apply((x * w.sum() + x) * (u > 0), u).index_select(0, idx)
     return y, w + 1
 
 

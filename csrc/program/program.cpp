@@ -40,6 +40,9 @@ class WriteGradient : public torch::autograd::PostAccumulateGradHook {
       : out_(std::move(out)), index_(index), written_(written) {}
   void operator()(const torch::autograd::Variable& leaf) override {
     at::Tensor& grad = leaf.mutable_grad();
+    // AccumulateGrad calls the hook for an undefined gradient too (a node's None: zero), and
+    // the leaf's .grad then stays empty: the buffer is zeroed with those nothing reached.
+    if (!grad.defined()) return;
     copy_into_output(out_, grad, index_);
     grad.reset();
     *written_ = 1;

@@ -631,7 +631,7 @@ void Program::vjp(const std::vector<at::Tensor>& inputs, const std::vector<at::T
     return;
   }
   check_recompute();
-  auto [values, wrt, wrt_index] = recompute(inputs, outputs);
+  auto [values, wrt, wrt_index] = recompute(inputs);
   if (wrt.empty()) {  // nothing is differentiable: all zeros
     for (const auto& out : outputs) out.zero_();
     return;
@@ -692,8 +692,7 @@ Program::Recomputed Program::leaves(const std::vector<at::Tensor>& inputs,
   return r;
 }
 
-Program::Recomputed Program::recompute(const std::vector<at::Tensor>& inputs,
-                                       const std::vector<at::Tensor>& outputs) const {
+Program::Recomputed Program::recompute(const std::vector<at::Tensor>& inputs) const {
   // The launch's device: the handle's (the backward's inputs hold it after the RNG state).
   const c10::Device device = inputs[n_inputs_ + outputs_.size() + rng_].device();
   Recomputed r = leaves(inputs, device);
@@ -720,7 +719,7 @@ void Program::vjp2(const std::vector<at::Tensor>& inputs,
   check_recompute();
   for (const auto& out : outputs) out.zero_();  // what nothing depends on stays zero
   c10::AutoGradMode grad_mode(true);
-  auto [values, wrt, wrt_index] = recompute(inputs, outputs);
+  auto [values, wrt, wrt_index] = recompute(inputs);
   if (wrt.empty()) return;  // nothing is differentiable: all zeros
   std::vector<at::Tensor> ys;
   std::vector<at::Tensor> dys;

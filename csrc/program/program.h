@@ -130,8 +130,7 @@ class Program {
   Recomputed leaves(const std::vector<at::Tensor>& inputs, c10::Device device) const;
   // Runs the forward again under autograd (grad mode on, the RNG state replayed); runs nothing
   // when no input is differentiable (wrt empty).
-  Recomputed recompute(const std::vector<at::Tensor>& inputs,
-                       const std::vector<at::Tensor>& outputs) const;
+  Recomputed recompute(const std::vector<at::Tensor>& inputs) const;
   // One backward pass from the program's outputs `ys` (the VJP's incoming gradients are its
   // inputs after the program's) into the gradient buffers of the leaves, each written once as
   // its gradient lands; every other output buffer zeroed.

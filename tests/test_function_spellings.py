@@ -685,7 +685,7 @@ def test_another_thread_keeps_torch_s_hooks_and_functions_during_a_capture():
     def elsewhere():
         x = torch.ones(2, requires_grad=True)
         y = x * 2
-        y.register_hook(lambda g: g * 3)  # refused in the capturing thread
+        y.register_hook(lambda g: g * 3)  # an opaque region in the capturing thread
         grad_reverse(y, 1.0).sum().backward()
         with torch.no_grad(), torch.inference_mode(False):
             seen["grad_enabled"] = torch.is_grad_enabled()

@@ -487,3 +487,149 @@ def test_a_program_with_a_region_is_not_stored_for_the_next_capture():
         gc.collect()
         cell = ms_aten.module(copy.deepcopy(module), (X,))
     assert_matches_torch(cell, module, (X,))
+
+
+# -- hooks: run as torch's, in regions (capture/hooks.py) -----------------------------------------
+
+class Plain(tnn.Module):
+    def __init__(self, hook: bool = False) -> None:
+        super().__init__()
+        self.a = tnn.Linear(4, 4)
+        self.hook = hook
+
+    def forward(self, h):
+        z = self.a(h)
+        if self.hook:  # the issue's row: a hook that scales the gradient
+            z.register_hook(lambda g: g * 3)
+        return torch.tanh(z)
+
+
+class SquareSum(tnn.Module):
+    def __init__(self, part: tnn.Module) -> None:
+        super().__init__()
+        self.pre = tnn.Linear(4, 4)
+        self.part = part
+
+    def forward(self, x):
+        return (self.part(self.pre(x)) ** 2).sum()
+
+
+def _scale_inputs(module, grad_input, grad_output):
+    return tuple(None if g is None else g * 2 for g in grad_input)
+
+
+def _tensor_hook(hooks: bool) -> SquareSum:
+    return SquareSum(Plain(hook=hooks))
+
+
+def _module_hooks(hooks: bool) -> SquareSum:
+    """Backward hooks that change gradients (before and after the module's own backward) and
+    a forward pre-hook that changes its input."""
+    module = SquareSum(Plain())
+    if hooks:
+        module.part.register_full_backward_hook(_scale_inputs)
+        module.part.register_full_backward_pre_hook(lambda m, go: (go[0] * -0.5,))
+        module.part.register_forward_pre_hook(lambda m, args: (args[0] * 1.5,))
+    return module
+
+
+def _top_module_hooks(hooks: bool) -> SquareSum:
+    module = SquareSum(Plain())
+    if hooks:
+        module.register_full_backward_hook(lambda m, gi, go: (gi[0] * 4,))
+        module.register_forward_hook(lambda m, args, out: out * 2)
+    return module
+
+
+# name: (the module, with or without its hooks; the region the warning names, what it says)
+HOOKED = {
+    "tensor_hook_in_a_submodule": (_tensor_hook, "SquareSum.part (Plain)",
+                                   r"Tensor.register_hook\(\) at .*test_opaque.py:\d+"),
+    "module_hooks": (_module_hooks, "SquareSum.part (Plain)",
+                     r"a module backward hook \(register_full_backward_hook\)"),
+    "hooks_on_the_top_module": (_top_module_hooks, "SquareSum (its whole forward)",
+                                r"a module backward hook \(register_full_backward_hook\)"),
+}
+
+
+@pytest.fixture(scope="module", params=list(HOOKED))
+def hooked(request):
+    """One capture per hooked model, shared by both modes; the model without its hooks."""
+    make, region, words = HOOKED[request.param]
+    torch.manual_seed(0)
+    module = make(True)
+    torch.manual_seed(0)
+    unhooked = make(False)
+    with pytest.warns(ms_aten.OpaqueWarning) as caught:
+        cell = ms_aten.module(copy.deepcopy(module), (X,))
+    messages = [str(w.message) for w in caught if issubclass(w.category, ms_aten.OpaqueWarning)]
+    assert any(re.match(f"ms_aten: {re.escape(region)} runs as an opaque torch call.*: {words}",
+                        message) for message in messages), messages
+    return cell, module, unhooked
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_hooks_run_as_torch_s(hooked, mode):
+    """Value, input and parameter gradients as torch eager's with the hooks changing them
+    (without them the gradients differ: the hooks ran)."""
+    cell, module, unhooked = hooked
+    set_mode(mode)
+    for x in (X, -X * 2):
+        assert_matches_torch(cell, module, (x,))
+    dx = ms.grad(Call(cell))(to_ms(X)).asnumpy()
+    assert not np.allclose(dx, _torch_value_and_grads(unhooked, (X,))[1][0], rtol=1e-3)
+
+
+def _top_tensor_hook(x):
+    y = torch.sin(x)
+    y.register_hook(lambda g: g * -2)
+    return (y ** 2).sum()
+
+
+def test_a_tensor_hook_in_the_top_function_runs_as_torch_s(mode):
+    with pytest.warns(ms_aten.OpaqueWarning, match=r"\(its whole forward\) .*Tensor\."
+                                                   r"register_hook\(\) at .*test_opaque.py"):
+        # (torch refuses the hook on a tensor that does not require grad, in its eager run too)
+        function = ms_aten.function(_top_tensor_hook, (X.clone().requires_grad_(),))
+    set_mode(mode)
+    x = X.clone().requires_grad_()
+    _top_tensor_hook(x).backward()
+    np.testing.assert_allclose(ms.grad(function)(to_ms(X)).asnumpy(), x.grad.numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
+# torch's warning for the exported graph's own `_guards_fn` submodule, which returns None and
+# which run_decompositions calls with the global hook installed.
+@pytest.mark.filterwarnings("ignore:For backward hooks to be called")
+def test_a_global_module_backward_hook_runs_as_torch_s():
+    seen: list[str] = []
+    torch.manual_seed(0)
+    module = SquareSum(Plain())
+    handle = tnn.modules.module.register_module_full_backward_hook(
+        lambda m, gi, go: seen.append(type(m).__name__))
+    try:
+        with pytest.warns(ms_aten.OpaqueWarning, match=r"SquareSum \(its whole forward\) .*a "
+                                                       r"global module backward hook"):
+            cell = ms_aten.module(copy.deepcopy(module), (X,))
+        set_mode("pynative")
+        assert_matches_torch(cell, module, (X,))
+        seen.clear()
+        ms.grad(Call(cell))(to_ms(X))
+    finally:
+        handle.remove()
+    assert sorted(seen) == ["Linear", "Linear", "Plain", "SquareSum"]
+
+
+def test_hooks_that_cannot_run_are_refused_by_name():
+    module = SquareSum(Plain())
+    module.part.a.weight.register_hook(lambda g: g * 0)
+    with pytest.raises(ms_aten.CaptureError, match=r"parameter 'part.a.weight' has a gradient "
+                                                   r"hook \(register_hook or register_post_acc"):
+        ms_aten.module(module, (X,))
+    module = SquareSum(Plain())
+    module.part.register_full_backward_hook(_scale_inputs)
+    with pytest.raises(ms_aten.CaptureError, match=r"a module backward hook \(register_full_"
+                                                   r"backward_hook\) on 'part' runs as an opaque "
+                                                   r"torch call, which a strict capture cannot "
+                                                   r"make"):
+        ms_aten.module(module, (X,), strict=True)

@@ -10,8 +10,8 @@ inside forward").
   altogether, is traced as `no_grad`, and `inference_mode(False)` as `enable_grad` (the same
   gradients; torch's further limits on inference tensors are not enforced).
 - Custom `torch.autograd.Function`s: autograd_functions.py.
-- Hooks: a tensor hook registered in forward, a module's backward hooks and a parameter's
-  gradient hooks would never run (MindSpore computes the gradients): CaptureError naming them.
+- Hooks: a tensor hook registered in forward and a module's backward hooks run as torch's,
+  in opaque regions; a parameter's gradient hook is refused by name (hooks.py).
 
 torch is patched while a capture is under way in any thread, and the patches act in the
 capturing thread alone.
@@ -19,17 +19,15 @@ capturing thread alone.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import threading
-import traceback
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from ..base import CaptureError
-from . import autograd_functions, no_grad_writes, nodes
+from . import autograd_functions, hooks, no_grad_writes, nodes, opaque
 
 _WRAP_GRAD = torch.ops.higher_order.wrap_with_set_grad_enabled
 
@@ -81,42 +79,19 @@ def refuse_traced_functions(gm: torch.fx.GraphModule, name: str) -> None:
             refuse_traced_functions(child, name)
 
 
-def _refuse_tensor_hook(method: str):
+def _tensor_hook(method: str):
     original = _TENSOR_HOOKS[method]
 
-    def refuse(tensor: torch.Tensor, hook: Any, *args: Any, **kwargs: Any):
+    def register(tensor: torch.Tensor, hook: Any, *args: Any, **kwargs: Any):
         name = _capture_name()
         if name is None:  # another thread's hook, during a capture in this one
             return original(tensor, hook, *args, **kwargs)
-        # The caller: the innermost frame outside torch (a strict capture calls from torch's).
-        frames = traceback.extract_stack()[:-1]
-        frame = next((f for f in reversed(frames) if f"{os.sep}torch{os.sep}" not in f.filename
-                      and not f.filename.startswith("<")), frames[-1])
-        raise CaptureError(
-            f"ms_aten: {name}: Tensor.{method}() at {frame.filename}:{frame.lineno} would "
-            f"never run: MindSpore computes the gradients; make the change a custom "
-            f"torch.autograd.Function (kept with its backward)")
-    return refuse
-
-
-def refuse_hooks(module: torch.nn.Module, name: str) -> None:
-    """CaptureError naming a backward hook on `module`'s tree, its parameters, or every module
-    (torch's global ones): MindSpore computes the gradients, and they would never run."""
-    found = []
-    if torch.nn.modules.module._global_backward_hooks \
-            or torch.nn.modules.module._global_backward_pre_hooks:
-        found.append("a global module backward hook (register_module_full_backward_hook)")
-    for path, m in module.named_modules():
-        if m._backward_hooks or m._backward_pre_hooks:
-            found.append(f"module '{path or type(m).__name__}' has a backward hook "
-                         f"(register_full_backward_hook)")
-    for path, p in module.named_parameters():
-        if p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None):
-            found.append(f"parameter '{path}' has a gradient hook (register_hook)")
-    if found:
-        raise CaptureError(f"ms_aten: {name}: {found[0]}, which would never run: MindSpore "
-                           f"computes the gradients; remove it, or apply its change to the "
-                           f"gradients MindSpore returns")
+        if torch.compiler.is_dynamo_compiling():  # (before the thread-local it cannot trace)
+            raise hooks.tensor_hook_error(method, name, strict=True)
+        if opaque.running():  # in a region's torch eager run: torch's hook (hooks.py)
+            return original(tensor, hook, *args, **kwargs)
+        raise hooks.tensor_hook_error(method, name, strict=False)
+    return register
 
 
 # torch's own methods, put back after the captures under way (patched only while one traces;
@@ -172,7 +147,7 @@ def _patch() -> None:
     _INFERENCE_MODE.__exit__ = _exit_as_no_grad  # type: ignore[method-assign]
     torch.inference_mode = _inference_mode_function  # type: ignore[assignment,misc]
     for method in _TENSOR_HOOKS:
-        setattr(torch.Tensor, method, _refuse_tensor_hook(method))
+        setattr(torch.Tensor, method, _tensor_hook(method))
 
 
 def _unpatch() -> None:
@@ -207,7 +182,7 @@ def _patched(name: str) -> Iterator[None]:
 def capturing(module: torch.nn.Module, name: str, strict: bool) -> Iterator[None]:
     """torch.export of `module` in this block keeps its autograd constructs (the module's
     docstring); a grad-enabled trace, as MindSpore differentiates the program."""
-    refuse_hooks(module, name)
+    hooks.refuse_parameter_hooks(module, name)
     with contextlib.ExitStack() as stack:
         stack.enter_context(torch.enable_grad())
         stack.enter_context(_patched(name))

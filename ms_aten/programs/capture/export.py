@@ -20,7 +20,7 @@ from torch.utils import _pytree as pytree
 
 from ...ops.schema import missing_meta_kernel
 from ..base import CaptureError, Signature
-from . import autograd_constructs, no_grad_writes, nodes, opaque, partition, rewrite
+from . import autograd_constructs, hooks, no_grad_writes, nodes, opaque, partition, rewrite
 
 # The FutureWarning every torch.export of torch 2.13 prints from its own code.
 _TORCH_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
@@ -92,19 +92,31 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
         torch.Tensor, lambda x: x.clone() if x._base is not None else x,
         (example_inputs, dict(kwargs or {})))
     errors: list[Exception] = []
+    # Modules whose backward hooks run as torch's, in opaque regions (hooks.py), which only a
+    # non-strict capture makes.
+    hooked = hooks.regions(module, name) if fallback else {}
+    if hooked and strict:
+        path, why = next(iter(hooked.items()))
+        raise CaptureError(f"ms_aten: {name}: {why.split(' runs ')[0]} on "
+                           f"'{path or type(module).__name__}' runs as an opaque torch call, "
+                           f"which a strict capture cannot make; capture with strict=False or None")
     # Non-strict first: it runs the module's Python as is, and is faster. Strict (TorchDynamo)
     # captures some modules non-strict cannot: transformers' static KV cache, whose in-place
     # cache writes fail non-strict's run_decompositions; not what non-strict refused for a
-    # value (a branch, a size from .item()), which strict refuses too.
+    # value (a branch, a size from .item()) or a tensor hook, which strict refuses too.
     for attempt in (False, True) if strict is None else (strict,):
-        if attempt and errors and _data_dependent(errors[0]):
+        if attempt and errors and (hooked or _data_dependent(errors[0])
+                                   or hooks.found_in(errors[0])):
             continue
         try:
+            # A capture with regions is searched again for another shape or mode (None).
             return _once(module, inputs, keywords, dynamic_shapes, attempt, differentiable,
-                         name), attempt
+                         name, hooked), None if hooked else attempt
         except CaptureError:
             raise  # a construct refused by name: strict would not keep it either
         except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
+            if attempt and hooks.found_in(error):  # TorchDynamo's node for the hook ran it
+                raise hooks.strict_refusal(name) from error
             errors.append(error)
     failed, *retried = errors
     reason, text = partition.first_line(failed), _reason(failed)
@@ -116,7 +128,7 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
         # What torch.export refuses runs as opaque torch calls (opaque.py), the rest captured;
         # a later capture (another shape or mode) searches again (strictness None).
         return _partitioned(module, inputs, keywords, dynamic_shapes, differentiable, name,
-                            reason, text), None
+                            reason, text, hooked), None
     raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}") from failed
 
 
@@ -173,14 +185,16 @@ def _refuse_traced_constants(exported: ExportedProgram) -> None:
 
 def _partitioned(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],
                  dynamic_shapes: DynamicShapes, differentiable: bool, name: str,
-                 reason: str, text: str) -> ExportedProgram:
+                 reason: str, text: str, hooked: Mapping[str, str]) -> ExportedProgram:
     """The capture with the smallest parts torch.export refuses as opaque nodes
-    (partition.py); `reason`: non-strict's refusal of the whole, `text`: every attempt's."""
+    (partition.py); `reason`: non-strict's refusal of the whole, `text`: every attempt's;
+    `hooked`: the modules that are regions for their backward hooks (hooks.py)."""
     def exporter(sub, args, kwargs, regions, recorded, prefix):
         _once(sub, args, kwargs, None, False, differentiable, name, regions, recorded, prefix)
 
     try:
-        regions, recorded = partition.smallest(module, inputs, keywords, reason, exporter)
+        regions, recorded = partition.smallest(module, inputs, keywords, reason, exporter,
+                                               hooked)
     except CaptureError:
         raise
     except Exception as error:  # noqa: BLE001  (the eager call itself failed)

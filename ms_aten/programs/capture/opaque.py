@@ -67,7 +67,7 @@ class Region:
     out_spec: pytree.TreeSpec | None = None
     out_tensors: tuple[int, ...] = ()  # the outputs' leaves that are tensors (others None)
     written: tuple[int, ...] = ()  # the buffers (weight indices) it writes, returned after
-    needs_grad: bool = False  # it differentiates inside (torch.autograd.grad)
+    needs_grad: bool = False  # it differentiates inside (torch.autograd.grad), or hooks a tensor
     random: bool = False
     # Where the fake run failed: each output's sizes from a real run, a size as a number or as
     # (tensor, dim), the size of one of the node's tensors that the capture keeps dynamic.
@@ -99,9 +99,10 @@ class Region:
         out, weights = self._run(tensors)
         leaves = pytree.tree_leaves(out)
         outputs = [leaves[i] for i in self.out_tensors] + [weights[i] for i in self.written]
-        memory = {t.untyped_storage().data_ptr() for t in tensors}
-        # The op's schema is functional: an output that shares an input's memory is a copy.
-        outputs = [o.clone() if o.untyped_storage().data_ptr() in memory else o for o in outputs]
+        # The op's schema is functional: an output that shares an input's memory is a copy
+        # (compared by storage, which fake tensors have too, not by data pointer).
+        aliases = torch._C._is_alias_of  # type: ignore[attr-defined]
+        outputs = [o.clone() if any(aliases(o, t) for t in tensors) else o for o in outputs]
         if self.fixed is not None:
             for o, sizes in zip(outputs, self.fixed, strict=True):
                 shape = [n if isinstance(n, int) else tensors[n[0]].shape[n[1]] for n in sizes]
@@ -203,9 +204,12 @@ def recording(record: Recording) -> Iterator[None]:
 
 @contextlib.contextmanager
 def counting_grad() -> Iterator[list[int]]:
-    """How often the code in this block differentiates (torch.autograd.grad or backward)."""
+    """How often the code in this block differentiates (torch.autograd.grad or backward) or
+    registers a tensor hook (which torch refuses on a tensor computed without grad): a region
+    that does needs autograd wherever it runs."""
     calls = [0]
     grad, backward = torch.autograd.grad, torch.autograd.backward
+    register_hook = torch.Tensor.register_hook
 
     def counted(original):
         @functools.wraps(original)
@@ -215,10 +219,12 @@ def counting_grad() -> Iterator[list[int]]:
         return call
 
     torch.autograd.grad, torch.autograd.backward = counted(grad), counted(backward)
+    torch.Tensor.register_hook = counted(register_hook)  # type: ignore[method-assign]
     try:
         yield calls
     finally:
         torch.autograd.grad, torch.autograd.backward = grad, backward
+        torch.Tensor.register_hook = register_hook  # type: ignore[method-assign]
 
 
 def versions(module: torch.nn.Module | None, args: Any) -> tuple[dict[str, int], list[int]]:
@@ -408,6 +414,11 @@ def _check_outputs(region: Region, spec: pytree.TreeSpec, leaves: tuple[Any, ...
         raise CaptureError(f"ms_aten: opaque region {region.name} returns no tensor")
 
 
+def running() -> bool:
+    """Whether a region's torch eager run is under way in this thread."""
+    return getattr(_STATE, "running", False)
+
+
 def capturing_marked() -> bool:
     """Whether a marked function called now is traced by a capture (not in a region's run)."""
     return getattr(_STATE, "capturing", False) and not getattr(_STATE, "running", False)
@@ -452,33 +463,40 @@ def submodules_opaque(root: torch.nn.Module, root_name: str, reasons: Mapping[st
                       prefix: str = "") -> Iterator[None]:
     """torch.export in this block calls each submodule named in `reasons` (torch's dotted
     path under `root`, "" the root) as one node, its reason the one torch.export gave;
-    `prefix`: root's own path in the recorded model."""
+    `prefix`: root's own path in the recorded model. The node runs the module's `__call__`, so
+    its own hooks (forward, forward pre-, backward) fire in the region's run as in torch's."""
     patched = []
     for path, reason in reasons.items():
         module = root.get_submodule(path)
-        original = module.__dict__.get("forward")
-        forward = module.forward
         label = f"{root_name}.{path} ({type(module).__name__})" if path else \
             f"{root_name} (its whole forward)"
         site = f"module:{prefix}{path}".rstrip(".")
+        # nn.Module.__call__ calls the instance's `_call_impl`, which is torch's with hooks: an
+        # instance attribute of that name intercepts the call; a class that replaces __call__
+        # (its hooks refused by hooks.py) has its forward intercepted instead.
+        hooked = type(module).__call__ is torch.nn.Module.__call__
+        attribute = "_call_impl" if hooked else "forward"
+        original = module.__dict__.get(attribute)
+        call = functools.partial(type(module)._call_impl, module) if hooked else module.forward
 
-        def region_forward(*args, _forward=forward, _label=label, _reason=reason,
-                           _module=module, _site=site, **kwargs):
-            if getattr(_STATE, "running", False):
-                return _forward(*args, **kwargs)
-            return call_region(_site, _label, _reason, _forward, _module, args, kwargs)
+        def region_call(*args, _call=call, _label=label, _reason=reason,
+                        _module=module, _site=site, **kwargs):
+            if running():
+                return _call(*args, **kwargs)
+            return call_region(_site, _label, _reason, _call, _module, args, kwargs)
 
-        functools.update_wrapper(region_forward, forward)
-        module.forward = region_forward
-        patched.append((module, original))
+        if not hooked:  # torch.export reads the root's forward signature
+            functools.update_wrapper(region_call, call)
+        module.__dict__[attribute] = region_call
+        patched.append((module, attribute, original))
     try:
         yield
     finally:
-        for module, original in patched:
+        for module, attribute, original in patched:
             if original is None:
-                module.__dict__.pop("forward", None)
+                module.__dict__.pop(attribute, None)
             else:
-                module.forward = original
+                module.__dict__[attribute] = original
 
 
 def is_opaque_node(target: Any) -> bool:

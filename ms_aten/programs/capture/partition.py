@@ -70,7 +70,9 @@ def record(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any]
                 state, count, before = _started.pop()
                 opaque.note(recorded, _site, out, state, grads[0] - count, m, (a, kw), before)
 
-            handles.append(sub.register_forward_pre_hook(pre, with_kwargs=True))
+            # First among its pre-hooks: the arguments the module's __call__ takes (a region
+            # runs it, its hooks included).
+            handles.append(sub.register_forward_pre_hook(pre, prepend=True, with_kwargs=True))
             handles.append(sub.register_forward_hook(post, with_kwargs=True))
         try:
             with _restored(module), opaque.recording(recorded), torch.enable_grad():
@@ -86,12 +88,22 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0] if lines else ''}".strip()
 
 
-def smallest(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any], reason: str,
-             export: Exporter) -> tuple[dict[str, str], opaque.Recording]:
-    """The smallest parts of `module` torch.export refuses (it refused the whole for `reason`):
-    submodule paths ("" the root's own forward) and torch.export's reason for each; and what
-    the eager run recorded, for the capture that follows."""
+def smallest(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any],
+             reason: str | None, export: Exporter, fixed: Mapping[str, str] | None = None
+             ) -> tuple[dict[str, str], opaque.Recording]:
+    """The smallest parts of `module` torch.export refuses (it refused the whole for `reason`;
+    None: not tried with `fixed`): submodule paths ("" the root's own forward) and torch.export's
+    reason for each, `fixed` (paths that are regions whatever torch.export says: a backward
+    hook's, hooks.py) among them where called; and what the eager run recorded, for the capture
+    that follows."""
     calls, recorded = record(module, args, kwargs)
+    fixed = {path: why for path, why in (fixed or {}).items() if path in calls.args}
+    if "" in fixed:
+        return {"": fixed[""]}, recorded
+
+    def under(path: str) -> dict[str, str]:
+        prefix = f"{path}." if path else ""
+        return {p: r for p, r in fixed.items() if p.startswith(prefix)}
 
     def exports(path: str, regions: Mapping[str, str]) -> str | None:
         """None if the submodule at `path` exports with `regions` (paths under it) opaque,
@@ -103,7 +115,7 @@ def smallest(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any], re
         try:
             export(sub, sub_args, dict(sub_kwargs), inner, recorded, prefix)
         except CaptureError:
-            raise  # refused by name (a region's input write, a hook): no smaller part helps
+            raise  # refused by name (a region's input write): no smaller part helps
         except Exception as error:  # noqa: BLE001  (the reason is what is kept)
             return first_line(error)
         return None
@@ -116,11 +128,17 @@ def smallest(module: torch.nn.Module, args: tuple, kwargs: Mapping[str, Any], re
             child = prefix + name
             if child not in calls.args:  # never called: nothing to capture
                 continue
-            refused = exports(child, {})
-            if refused is not None:
-                found.update(search(child, refused))
+            if child in fixed:
+                found[child] = fixed[child]
+                continue
+            refused = exports(child, under(child))
+            found.update(under(child) if refused is None else search(child, refused))
         if found and exports(path, found) is None:
             return found
         return {path: why}
 
+    if reason is None:
+        reason = exports("", fixed)
+        if reason is None:
+            return fixed, recorded
     return search("", reason), recorded

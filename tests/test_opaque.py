@@ -598,6 +598,61 @@ def test_a_tensor_hook_in_the_top_function_runs_as_torch_s(mode):
                                rtol=1e-5, atol=1e-6)
 
 
+def _hooks_its_output(module, args, out):
+    out.register_hook(lambda g: g * 7)  # a forward hook that hooks the output (Grad-CAM's)
+
+
+class HooksItsInput(tnn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = tnn.Linear(4, 4)
+
+    def forward(self, x):
+        x.register_hook(lambda g: g * -3)
+        return (self.a(x) ** 2).sum()
+
+
+class HooksInAMarkedFunction(HooksItsInput):
+    def forward(self, x):
+        return (self.part(self.a(x)) ** 2).sum()
+
+    @ms_aten.opaque
+    def part(self, h):
+        y = torch.sin(h)
+        y.register_hook(lambda g: g * 4)
+        return y
+
+
+def _spelling(name: str) -> tnn.Module:
+    torch.manual_seed(0)
+    if name == "forward_hook_hooks_the_output":
+        module = SquareSum(Plain())
+        module.part.register_forward_hook(_hooks_its_output)
+        return module
+    return HooksItsInput() if name == "hook_on_the_forward_s_input" else HooksInAMarkedFunction()
+
+
+@pytest.mark.parametrize("name", ["forward_hook_hooks_the_output", "hook_on_the_forward_s_input",
+                                  "hook_in_a_marked_function", "added_after_the_capture"])
+def test_other_spellings_of_hooks_run_as_torch_s(name):
+    if name == "added_after_the_capture":  # the next call captures again, with the region
+        torch.manual_seed(0)
+        module = SquareSum(Plain())
+        cell = ms_aten.module(module, (X,))
+        hooked = copy.deepcopy(module)
+        for m in (module, hooked):
+            m.part.register_full_backward_hook(lambda m, gi, go: (gi[0] * 5,))
+        module = hooked
+    else:
+        module = _spelling(name)
+        with pytest.warns(ms_aten.OpaqueWarning):
+            # (an input that requires grad: torch refuses a hook on one that does not)
+            cell = ms_aten.module(copy.deepcopy(module), (X.clone().requires_grad_(),))
+    for mode in MODES:
+        set_mode(mode)
+        assert_matches_torch(cell, module, (X,))
+
+
 # torch's warning for the exported graph's own `_guards_fn` submodule, which returns None and
 # which run_decompositions calls with the global hook installed.
 @pytest.mark.filterwarnings("ignore:For backward hooks to be called")

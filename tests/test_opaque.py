@@ -405,6 +405,24 @@ def test_dynamic_shapes_reach_a_region(mode):
         assert_matches_torch(cell, module, (x,))
 
 
+def test_compile_true_compiles_around_a_region_for_inference(tmp_path):
+    """An eval-mode capture: AOTInductor compiles the captured parts, and its code calls the
+    region's op (its proxy executor: the dispatcher, then the region's Python)."""
+    torch.manual_seed(0)
+    module = GaussianNLL().eval()
+    y = _randn(3, 3, seed=5)
+    with pytest.warns(ms_aten.OpaqueWarning, match=r"GaussianNLL.loss \(GaussianNLLLoss\)"):
+        cell = ms_aten.module(copy.deepcopy(module), (X, y), compile={"cache_dir": tmp_path})
+    assert cell.program.compiled is not None and "ms_aten::compiled" in cell.program.spec
+    assert "ms_aten_opaque" not in cell.program.spec
+    gc.collect()  # the region's entry lives while the compiled program calls it
+    for mode in MODES:
+        set_mode(mode)
+        for x in (X, -X * 2):
+            assert float(Call(cell)(*to_ms((x, y)))) == pytest.approx(module(x, y).item(),
+                                                                      rel=1e-5, abs=1e-6)
+
+
 def test_compile_true_runs_a_program_with_a_region_interpreted(mode):
     torch.manual_seed(0)
     module = GaussianNLL()
@@ -412,7 +430,8 @@ def test_compile_true_runs_a_program_with_a_region_interpreted(mode):
     with pytest.warns(ms_aten.OpaqueWarning), \
             pytest.warns(ms_aten.CompileWarning, match=r"compile=True runs it interpreted: "
                                                        r"GaussianNLL.loss \(GaussianNLLLoss\) "
-                                                       r"runs as an opaque torch call"):
+                                                       r"runs as an opaque torch call, which a "
+                                                       r"compiled backward cannot call"):
         cell = ms_aten.module(copy.deepcopy(module), (X, y), compile=True)
     assert cell.program.compiled is None
     set_mode(mode)

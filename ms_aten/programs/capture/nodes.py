@@ -113,11 +113,22 @@ def _release(keys: list[int]) -> None:
                     del _ENTRIES[key]
 
 
+_KEPT = "ms_aten kept keys"  # a graph's meta entry: keys its compiled code calls
+
+
 def keys(gm: torch.fx.GraphModule) -> list[int]:
-    """The keys of a graph's nodes of this table (its submodules' included)."""
-    return [node.args[0] for module in gm.modules() if isinstance(module, torch.fx.GraphModule)
-            for node in module.graph.nodes
-            if node.op == "call_function" and node.target in _TARGETS]
+    """The keys of a graph's nodes of this table (its submodules' included), and those its
+    compiled code calls (keep_keys)."""
+    return [*gm.meta.get(_KEPT, ()), *(
+        node.args[0] for module in gm.modules() if isinstance(module, torch.fx.GraphModule)
+        for node in module.graph.nodes
+        if node.op == "call_function" and node.target in _TARGETS)]
+
+
+def keep_keys(gm: torch.fx.GraphModule, kept: list[int]) -> None:
+    """The graph is about to be compiled into code that calls these of its nodes by key: own()
+    keeps their entries as if the nodes were still in the graph."""
+    gm.meta[_KEPT] = list(kept)
 
 
 def own(owner: object, gm: torch.fx.GraphModule) -> None:

@@ -30,6 +30,10 @@ the autograd node the op records.
   into the buffers (BatchNorm's running statistics).
 - Dynamic shapes (a capture with dynamic_shapes): the inference library keeps the symbolic
   sizes; the training route is static only.
+- Opaque torch calls (capture/opaque.py): the inference code calls each one's op through
+  AOTInductor's proxy executor, by the key the graph names (its entry lives as long as the
+  program: nodes.keep_keys); a training graph with one is not compiled (its joint trace cannot
+  differentiate a region's Python).
 - Anything it cannot compile runs interpreted, with a CompileWarning giving the reason.
 """
 from __future__ import annotations
@@ -58,7 +62,7 @@ from torch.export.graph_signature import InputKind, InputSpec, OutputKind
 from ...native import library
 from ...native.threads import get_num_threads
 from ..base import Compiled
-from ..capture import autograd_functions, opaque
+from ..capture import autograd_functions, nodes, opaque
 from . import aot_build, cache
 from .derivatives import differentiated, without_autograd
 
@@ -131,6 +135,10 @@ def compile_exported(exported: ExportedProgram, name: str, options: CompileOptio
         graph = _Graph(exported, differentiable)
         if training is None:
             training = any(graph.differentiates)
+        if training and graph.regions:  # Python in the middle of a joint graph
+            raise _NotCompiled(f"{graph.regions[0].name} runs as an opaque torch call, which a "
+                               f"compiled backward cannot call (an eval-mode capture compiles "
+                               f"around it)")
         if training:
             _check_derivatives(graph)
         compiled = _load_or_compile(graph, name, options, training)
@@ -141,6 +149,10 @@ def compile_exported(exported: ExportedProgram, name: str, options: CompileOptio
         warnings.warn(f"ms_aten: {name}: compile=True runs it interpreted: {reason}",
                       CompileWarning, stacklevel=4)
         return None
+    # The regions the compiled code calls live as long as the program (capture/nodes.py).
+    nodes.keep_keys(exported.graph_module, [n.args[0] for n in exported.graph_module.graph.nodes
+                                            if n.op == "call_function"
+                                            and opaque.is_opaque_node(n.target)])
     graph.replace_with(compiled.key, in_place=graph.in_place(training))
     return compiled
 
@@ -153,10 +165,9 @@ class _Graph:
                  ) -> None:
         self.exported = exported
         gm = exported.graph_module
-        regions = opaque.regions_in(gm)
-        if regions:  # Python in the middle: AOTInductor's code could not call it
-            raise _NotCompiled(f"{regions[0].name} runs as an opaque torch call, which is not "
-                               f"compiled")
+        # Opaque torch calls: the inference code calls their op through AOTInductor's proxy
+        # executor (the dispatcher, then the region's Python).
+        self.regions = opaque.regions_in(gm)
         self.placeholders: list[torch.fx.Node] = []
         self.differentiates: list[bool] = []
         specs = exported.graph_signature.input_specs

@@ -662,6 +662,9 @@ def test_other_spellings_of_hooks_run_as_torch_s(name):
         for m in (module, hooked):
             m.part.register_full_backward_hook(lambda m, gi, go: (gi[0] * 5,))
         module = hooked
+        set_mode("pynative")
+        with pytest.warns(ms_aten.OpaqueWarning, match=r"SquareSum.part \(Plain\)"):
+            Call(cell)(to_ms(X))
     else:
         module = _spelling(name)
         with pytest.warns(ms_aten.OpaqueWarning):

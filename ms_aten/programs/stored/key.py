@@ -313,9 +313,12 @@ def module_parts(module: torch.nn.Module, describer: Describer) -> Parts:
             except Uncacheable as why:
                 raise Uncacheable(f"{name or 'the model'}.{attr}: {why}") from None
         attributes[name or "(root)"] = digest(described)
-    weights = {name: f"{list(t.shape)} {t.dtype} {t.requires_grad}" for name, t in [
-        *module.named_parameters(remove_duplicate=False),
-        *module.named_buffers(remove_duplicate=False)]}
+    # A gradient hook on a weight is refused at capture (capture/hooks.py): a key that holds
+    # it misses, and the capture that follows refuses it.
+    weights = {name: f"{list(t.shape)} {t.dtype} {t.requires_grad}" + (
+        " hooked" if t._backward_hooks or getattr(t, "_post_accumulate_grad_hooks", None)
+        else "") for name, t in [*module.named_parameters(remove_duplicate=False),
+                                 *module.named_buffers(remove_duplicate=False)]}
     persistent = {name: str(sorted(m._non_persistent_buffers_set))
                   for name, m in module.named_modules() if m._non_persistent_buffers_set}
     return {"classes": classes, "attributes": attributes, "weights": weights,
@@ -327,6 +330,14 @@ def versions(describer: Describer) -> dict[str, str]:
             "mindspore": mindspore.__version__, "ms_aten": __version__,
             "ms_aten code": ms_aten_digest(),
             **{f"package {k}": v for k, v in sorted(describer.packages.items())}}
+
+
+def _global_hooks() -> dict[str, Any]:
+    modules = torch.nn.modules.module
+    return {name: getattr(modules, name) for name in (
+        "_global_backward_pre_hooks", "_global_backward_hooks", "_global_forward_pre_hooks",
+        "_global_forward_hooks", "_global_forward_hooks_with_kwargs",
+        "_global_forward_hooks_always_called")}
 
 
 def state() -> dict[str, str]:
@@ -376,6 +387,9 @@ def capture_parts(module: torch.nn.Module, *, cell: type, options: Mapping[str, 
     parts["modes"] = {name or "(root)": "train" if mode else "eval"
                       for name, mode in modes.items()}
     parts["state"] = {**state(), "captured under autocast": str(autocast)}
+    # torch's hooks on every module: traced (forward ones) or opaque regions (backward ones)
+    parts["global hooks"] = {name: digest(describer.value(dict(hooks)))
+                             for name, hooks in _global_hooks().items() if hooks}
     parts["inputs"] = inputs_part(describer, args, kwargs, dynamic_shapes)
     if compile_target is not None:
         parts["compiled for"] = {k: str(v) for k, v in compile_target.items()}

@@ -5,6 +5,8 @@ benchmarks/results/models/profile/profile_runs.{md,json} (profile.md reads them)
     .venv/bin/python -m benchmarks.models.profile          # GPT-2 tiny and medium, BERT medium
     .venv/bin/python -m benchmarks.models.profile --models gpt2-tiny --no-perf
     .venv/bin/python -m benchmarks.models.profile --ms-env MS_DEV_HOST_BLOCKING_RUN=1
+    .venv/bin/python -m benchmarks.models.profile --compile training --routes \
+        "GRAPH step ms_aten.optim.Adam"        # compile=: ms_aten's against torch.compile's
 
 Per model and route (GRAPH mode, models/run.py's routes, ATen's default threads or --threads):
 1. wall: the median of synchronized calls, no profiler attached.
@@ -21,8 +23,12 @@ Per model and route (GRAPH mode, models/run.py's routes, ATen's default threads 
    scheduling and waiting.
 4. perf (when it works here; --no-perf skips it): `perf record -e cpu-clock` on the worker
    while it loops, the CPU samples of all its threads by library and symbol, in buckets.
-torch eager's own ATen time for the same forward and forward+backward comes from torch's
-profiler in a process that never imports MindSpore.
+torch eager's own ATen time for the same forward, forward+backward and step (torch.optim.Adam)
+comes from torch's profiler in a process that never imports MindSpore.
+With --compile training, ms_aten's Cell is `ms_aten.module(..., compile={"training": True})`
+(its forward and backward launches run AOTInductor's code; one compile per model, in a cache the
+run shares, so every process after the first loads it) and torch's side is
+`torch.compile(model)` beside torch eager (its first calls, which compile, are not profiled).
 """
 from __future__ import annotations
 
@@ -199,7 +205,8 @@ def perf_profile(call: Callable[[], object], seconds: float) -> dict | None:
                                                for k, v in threads.most_common()}}
 
 
-def ms_aten_worker(model: str, route: str, use_perf: bool, threads: int) -> dict:
+def ms_aten_worker(model: str, route: str, use_perf: bool, compile_kind: str,
+                   cache_dir: str | None, threads: int) -> dict:
     import mindspore as ms
 
     import ms_aten
@@ -210,7 +217,8 @@ def ms_aten_worker(model: str, route: str, use_perf: bool, threads: int) -> dict
     ms.set_device("CPU")
     if threads:
         ms_aten.set_num_threads(threads)
-    bench = Bench(Task(model, "time", route, threads, TimingConfig(2, 1, 0.0)))
+    bench = Bench(Task(model, "time", route, threads, TimingConfig(2, 1, 0.0), compile_kind,
+                       cache_dir))
     route_obj = bench.routes()[route]
     route_obj.check(route_obj.call())
     for _ in range(3):
@@ -224,37 +232,46 @@ def ms_aten_worker(model: str, route: str, use_perf: bool, threads: int) -> dict
     return result
 
 
-def torch_worker(model: str, threads: int) -> dict:
-    """torch eager's forward and forward+backward: wall, and the ATen ops' own total (top-level
-    ops only: what runs below Python)."""
+def torch_worker(model: str, compiled: bool, threads: int) -> dict:
+    """torch eager's (`compiled`: torch.compile's) forward, forward+backward and step with
+    torch.optim.Adam: wall, and the ATen ops' own total (top-level ops only: what runs below
+    Python)."""
     import torch
 
-    from benchmarks.models.workloads import case, models
+    from benchmarks.models.workloads import BETAS, EPS, LR, case, models
 
     if threads:
         torch.set_num_threads(threads)
     c = case(model)
     module, x, target = c.module, c.inputs[0], c.target
+    run = torch.compile(module) if compiled else module
+    optimizer = torch.optim.Adam(module.parameters(), lr=LR, betas=BETAS, eps=EPS)
 
     def forward() -> None:
         with torch.no_grad():
-            module(x)
+            run(x)
 
     def grad() -> None:
         module.zero_grad(set_to_none=False)
-        models.torch_loss(c.loss, models.logits(module(x)), target).backward()
+        models.torch_loss(c.loss, models.logits(run(x)), target).backward()
+
+    def step() -> None:
+        optimizer.zero_grad()
+        models.torch_loss(c.loss, models.logits(run(x)), target).backward()
+        optimizer.step()
 
     result = {}
     calls = 3 if "medium" in model else 10
-    for name, call in (("forward", forward), ("forward+backward", grad)):
-        for _ in range(3):
+    for name, call in (("forward", forward), ("forward+backward", grad), ("step", step)):
+        for _ in range(3):  # torch.compile compiles at the first
             call()
         wall = median_wall_ms(call, 2 * calls)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             for _ in range(calls):
                 call()
         top = [e for e in prof.events() if e.cpu_parent is None and e.name.startswith(
-            ("aten::", "autograd::engine"))]
+            ("aten::", "autograd::engine", "Torch-Compiled Region", "## Call CompiledFxGraph",
+             "Optimizer.step"))]
         result[name] = {"wall": wall, "ATen ops (top level)":
                         sum(e.time_range.elapsed_us() for e in top) / calls / 1e3,
                         "ATen ops": op_totals(prof, calls)}
@@ -303,11 +320,15 @@ def report(results: dict) -> str:
     lines = []
     for model, data in results.items():
         eager = data["torch eager"]
-        lines += [f"## {model}", "",
-                  f"torch eager, own process: forward {fmt(eager['forward']['wall'])} ms wall "
-                  f"(ATen ops {fmt(eager['forward']['ATen ops (top level)'])}); forward+backward "
-                  f"{fmt(eager['forward+backward']['wall'])} ms wall (ATen ops and autograd "
-                  f"{fmt(eager['forward+backward']['ATen ops (top level)'])}).", "",
+        lines += [f"## {model}", ""]
+        for side in ("torch eager", "torch.compile"):
+            if side in data:
+                lines += [f"{side}, own process: " + "; ".join(
+                    f"{what} {fmt(data[side][what]['wall'])} ms wall (ATen ops, autograd and "
+                    f"compiled code {fmt(data[side][what]['ATen ops (top level)'])})"
+                    for what in ("forward", "forward+backward", "step") if what in data[side])
+                    + ".", ""]
+        lines += [
                   "| " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
         lines += ["| " + " | ".join(route_row(route, r)) + " |"
                   for route, r in data["routes"].items()]
@@ -360,9 +381,12 @@ def main(argv: list[str] | None = None) -> None:
                         default=["gpt2-tiny", "gpt2-medium", "bert-medium"])
     parser.add_argument("--routes", nargs="*", choices=ROUTES, default=list(ROUTES))
     parser.add_argument("--no-perf", action="store_true")
+    parser.add_argument("--compile", choices=["none", "training"], default="none",
+                        help="training: ms_aten compile={'training': True} against torch.compile")
+    parser.add_argument("--cache-dir", help="ms_aten's compile cache (default: one for the run)")
     parser.add_argument("--threads", type=int, default=0,
-                        help="ATen threads on both sides (0: ATen's default); 1 keeps a loaded "
-                             "machine's preemptions out of OpenMP's barriers")
+                        help="ATen threads on both sides (0: ATen's default, one per core); 1 "
+                             "keeps OpenMP's barriers out of a profile on a loaded machine")
     parser.add_argument("--out", type=Path, default=workers.RESULTS / "models" / "profile")
     parser.add_argument("--note", default="")
     parser.add_argument("--ms-env", nargs="*", default=[], metavar="KEY=VALUE",
@@ -372,28 +396,40 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--route", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    compiled = args.compile != "none"
     if args.worker == "torch":
-        workers.emit(torch_worker(args.model, args.threads))
+        workers.emit(torch_worker(args.model, compiled, args.threads))
         return
     if args.worker == "ms_aten":
-        workers.emit(ms_aten_worker(args.model, args.route, not args.no_perf, args.threads))
+        workers.emit(ms_aten_worker(args.model, args.route, not args.no_perf, args.compile,
+                                    args.cache_dir, args.threads))
         return
     load = os.getloadavg()
     ms_env = parse_env(args.ms_env)
     results = {}
-    for model in args.models:
-        print(f"{model}: torch eager", flush=True)
-        results[model] = {"torch eager": workers.run(
-            "benchmarks.models.profile", ["--worker", "torch", "--model", model,
-                                          "--threads", str(args.threads)]), "routes": {}}
-        for route in args.routes:
-            print(f"{model}: {route}", flush=True)
-            results[model]["routes"][route] = workers.run(
+    with tempfile.TemporaryDirectory(prefix="ms_aten_profile_cache_") as run_cache:
+        cache = ["--compile", args.compile, "--cache-dir", args.cache_dir or run_cache,
+                 "--threads", str(args.threads)]
+        for model in args.models:
+            print(f"{model}: torch eager", flush=True)
+            results[model] = {"torch eager": workers.run(
                 "benchmarks.models.profile",
-                ["--worker", "ms_aten", "--model", model, "--route", route,
-                 "--threads", str(args.threads)] + (["--no-perf"] if args.no_perf else []), ms_env)
+                ["--worker", "torch", "--model", model, "--threads", str(args.threads)]),
+                "routes": {}}
+            if compiled:
+                print(f"{model}: torch.compile", flush=True)
+                results[model]["torch.compile"] = workers.run(
+                    "benchmarks.models.profile",
+                    ["--worker", "torch", "--model", model, "--compile", args.compile,
+                     "--threads", str(args.threads)])
+            for route in args.routes:
+                print(f"{model}: {route}", flush=True)
+                results[model]["routes"][route] = workers.run(
+                    "benchmarks.models.profile",
+                    ["--worker", "ms_aten", "--model", model, "--route", route, *cache]
+                    + (["--no-perf"] if args.no_perf else []), ms_env)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "_".join(["profile_runs", *ms_env])
+    stem = "_".join(["profile_runs", *ms_env] + (["compiled"] if compiled else []))
     (args.out / f"{stem}.json").write_text(json.dumps(results, indent=1))
     table = report(results)
     print(table)

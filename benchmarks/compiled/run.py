@@ -1,7 +1,7 @@
 """Compiled programs: ms_aten.module(compile=...) beside the interpreted program, torch eager and
 torch.compile, with compile times; each route timed alone in fresh processes.
 
-    .venv/bin/python -m benchmarks.compiled.run      # GPT-2 medium, BERT medium, GPT-2 small
+    .venv/bin/python -m benchmarks.compiled.run   # GPT-2 tiny, medium and small, BERT medium
     .venv/bin/python -m benchmarks.compiled.run --quick --out /tmp/c   # tiny GPT-2 (CI smoke)
 
 Method:
@@ -12,9 +12,12 @@ Method:
   backward too for the training step). Every ms_aten route is checked against torch eager's
   results before it is timed (logits; one Adam step's update), and reports its kernel launches
   per call.
-- Two routes: the forward (torch under no_grad, ms_aten's GRAPH `cell(x)`) and a training step
+- Three routes: the forward (torch under no_grad, ms_aten's GRAPH `cell(x)`) and a training step
   (forward, backward, Adam: torch.optim.Adam, torch's default implementation; ms_aten GRAPH with
-  ms_aten.optim.Adam, a jitted value_and_grad and the update, three launches).
+  ms_aten.optim.Adam, a jitted value_and_grad and the update, three launches), with MindSpore's
+  loss (LossCell) between the launches, and with the loss in the program (the model and ATen's
+  loss captured as one module, tests/models.WithLoss; ms_aten's ways only, against the training
+  step's torch figures).
 - Each (route, side, compilation) in --processes fresh processes (default 3), torch's and
   ms_aten's alternating, the order reversed every other round; the median over processes.
 - Compile times, cold: in the first round every compiled job starts with empty caches of its own
@@ -42,18 +45,23 @@ from benchmarks.common import summaries, workers
 from benchmarks.models.workloads import CONFIGS, TORCH_FORWARD, TORCH_STEP
 
 WORKERS = {"torch": "benchmarks.models.worker_torch", "ms_aten": "benchmarks.models.worker_ms_aten"}
-DEFAULT_MODELS = ("gpt2-medium", "bert-medium", "gpt2-small")
+DEFAULT_MODELS = ("gpt2-tiny", "gpt2-medium", "bert-medium", "gpt2-small")
 FAMILY = "compiled"
 # What is timed: the torch route, and the ms_aten route and compilation compared with it.
 ROUTES = {"forward": (TORCH_FORWARD, "GRAPH forward cell(x)", "inference"),
-          "training step": (TORCH_STEP, "GRAPH step ms_aten.optim.Adam", "training")}
+          "training step": (TORCH_STEP, "GRAPH step ms_aten.optim.Adam", "training"),
+          "training step, loss in the program": (
+              TORCH_STEP, "GRAPH step ms_aten.optim.Adam, loss in the program", "training")}
+# A route whose torch side is another route's (the same torch step): only ms_aten's ways run,
+# and its ratios are to that route's torch figures.
+TORCH_OF = {"training step, loss in the program": "training step"}
 # The four ways each route runs: (worker side, --compile).
 WAYS = {"torch eager": ("torch", "none"), "torch.compile": ("torch", "torch.compile"),
         "ms_aten interpreted": ("ms_aten", "none"), "ms_aten compiled": ("ms_aten", "compiled")}
 # --quick: both compilers on the forward; ms_aten's alone on the training step (torch.compile's
 # training compile is torch's own, and the slowest job of the smoke run).
 QUICK_WAYS = {"forward": ("torch.compile", "ms_aten compiled"),
-              "training step": ("ms_aten compiled",)}
+              "training step": ("ms_aten compiled",), "training step, loss in the program": ()}
 
 
 def job_arguments(what: str, way: str) -> tuple[str, str, str]:
@@ -129,13 +137,14 @@ def report(rows: dict[str, dict]) -> str:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for model, row in rows.items():
         for what, entries in row.items():
-            eager = entries.get("torch eager", {}).get("ms")
+            torch_entries = row.get(TORCH_OF.get(what, what), {})
+            eager = torch_entries.get("torch eager", {}).get("ms")
             cells = {way: _figure(entries.get(way), None if way == "torch eager" else eager)
                      for way in WAYS}
-            compiled, tc = entries.get("ms_aten compiled"), entries.get("torch.compile")
+            compiled, tc = entries.get("ms_aten compiled"), torch_entries.get("torch.compile")
             versus = f"×{compiled['ms'] / tc['ms']:.2f}" if compiled and tc else "–"
             compile_s = ", ".join(f"{e['compile_s']:.1f}" if e and e["compile_s"] else "–"
-                                  for e in (tc, compiled))
+                                  for e in (entries.get("torch.compile"), compiled))
             launches = ", ".join(str(entries[w]["launches"]) if w in entries else "–"
                                  for w in ("ms_aten interpreted", "ms_aten compiled"))
             lines.append(f"| {model} | {what} | {' | '.join(cells.values())} | {versus} | "
@@ -181,7 +190,9 @@ def main(argv: list[str] | None = None) -> dict:
     names = args.models or (["gpt2-tiny"] if args.quick else list(DEFAULT_MODELS))
     repeats, target_s = (2, 0.02) if args.quick else (5, 0.2)
     extra = ["--repeats", str(repeats), "--target-s", str(target_s)]
-    ways = QUICK_WAYS if args.quick else {what: tuple(WAYS) for what in ROUTES}
+    ways = QUICK_WAYS if args.quick else {
+        what: tuple(w for w in WAYS if what not in TORCH_OF or WAYS[w][0] == "ms_aten")
+        for what in ROUTES}
     processes = 1 if args.quick else args.processes
     out = args.out or workers.RESULTS
     rows = {}

@@ -138,7 +138,8 @@ class Bench:
         # deepcopy's parallel copies would give this process's main thread an OpenMP team of
         # its own beside ms_aten's launch thread's (docs/devices.md).
         start = time.perf_counter()
-        self.cell = ms_aten.module(c.module, c.inputs, compile=compile_option(task))
+        self.compile = compile_option(task)
+        self.cell = ms_aten.module(c.module, c.inputs, compile=self.compile)
         self.capture_s = time.perf_counter() - start
         self.kind = c.loss
         self.x, self.target = to_ms(c.inputs[0]), to_ms(c.target)
@@ -156,13 +157,13 @@ class Bench:
 
     def with_loss(self) -> nn.Cell:
         """The model and its loss captured as one program (models.WithLoss): a second capture
-        over the same torch weights, made at its first use; its weights are the model's, named
-        under "model."."""
+        over the same torch weights (compiled as the model is, with --compile), made at its first
+        use; its weights are the model's, named under "model."."""
         if self._with_loss is None:
             c = self.case
             # In the model's mode: a new Module is in train mode, and the capture sets the tree.
             model = models.WithLoss(c.module, c.loss).train(c.module.training)
-            self._with_loss = ms_aten.module(model, (*c.inputs, c.target))
+            self._with_loss = ms_aten.module(model, (*c.inputs, c.target), compile=self.compile)
             names = [p.name.removeprefix("model.") for p in
                      self._with_loss.trainable_params()]
             if names != self.names:

@@ -54,7 +54,8 @@ from benchmarks.models.workloads import CONFIGS
 ROUTES = ("GRAPH forward cell(x)", "GRAPH forward+backward",
           "GRAPH forward+backward, loss in the program", "GRAPH forward+backward, ms_aten.nn loss",
           "GRAPH step nn.Adam", "GRAPH step nn.Adam, ms_aten.nn loss",
-          "GRAPH step ms_aten.optim.Adam", "GRAPH nn.Adam update alone",
+          "GRAPH step ms_aten.optim.Adam", "GRAPH step ms_aten.optim.Adam, loss in the program",
+          "GRAPH nn.Adam update alone",
           "GRAPH ms_aten.optim.Adam update alone")
 LAUNCH = "ms_aten launch: "
 BACKWARD = "autograd::engine::evaluate_function: "

@@ -82,6 +82,15 @@ class Summed(nn.Cell):
         return (self.net(x) * ms.Tensor(np.arange(3, dtype=np.float32))).sum()
 
 
+class SummedPair(nn.Cell):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def construct(self, x, y):
+        return (self.fn(x, y) * ms.Tensor(np.arange(4, dtype=np.float32))).sum()
+
+
 def _torch_grads(net: torch.nn.Module, x: torch.Tensor):
     x = x.clone().requires_grad_(True)
     net.zero_grad()
@@ -107,6 +116,17 @@ def forward_diff(net: torch.nn.Module, cell, *inputs: torch.Tensor) -> float:
     got = cell(*(to_ms(x) for x in inputs))
     want = reference(*inputs)
     return float(np.abs(got.asnumpy() - want.detach().numpy()).max())
+
+
+def function_diff(fn, cell, x: torch.Tensor, y: torch.Tensor) -> float:
+    """The largest difference of a function Cell's value and both inputs' gradients."""
+    value, grads = ms.value_and_grad(SummedPair(cell), (0, 1))(to_ms(x), to_ms(y))
+    x, y = x.clone().requires_grad_(True), y.clone().requires_grad_(True)
+    want = (fn(x, y) * torch.arange(4.0)).sum()
+    want.backward()
+    return max(abs(float(value) - want.item()),
+               *(float(np.abs(g.asnumpy() - w.grad.numpy()).max())
+                 for g, w in zip(grads, (x, y), strict=True)))
 
 
 def gpt2(**changes) -> transformers.PreTrainedModel:
@@ -189,6 +209,15 @@ def scenario(name: str):
         net = changing.Net()
         cell = ms_aten.module(copy.deepcopy(net), (X,))
         return cell, check_gradients(net, cell, X)
+    if name in ("function", "function-closure"):  # ms_aten.function; a closure's tensor
+        offset = torch.zeros(4) if name == "function" else torch.ones(4)
+
+        def fn(x, y):
+            return changing.function(x, y) + offset
+
+        y = torch.linspace(-1, 1, 4)
+        cell = ms_aten.function(fn, (X, y))
+        return cell, function_diff(fn, cell, X, y)
     if name == "decode":  # causal_lm's tokens against model.generate
         diff, lm = decode(gpt2())
         return lm, diff

@@ -17,9 +17,23 @@ from pathlib import Path
 import pytest
 
 CHILD = Path(__file__).with_name("capture_cache_child.py")
-# A module and a custom Function whose code the tests change between processes.
+# A module, a custom Function and a function (ms_aten.function's) whose code the tests change
+# between processes; the module's forward and the function reach their changing constants
+# through a global helper too.
 CHANGING = '''
 import torch
+
+
+def shift(x):
+    return x + HELPER
+
+
+def scaled(x):
+    return torch.tanh(x) * FUNCTION
+
+
+def function(x, y):
+    return scaled(x) + y
 
 
 class Scaled(torch.autograd.Function):
@@ -38,17 +52,19 @@ class Net(torch.nn.Module):
         self.fc = torch.nn.Linear(4, 3)
 
     def forward(self, x):
-        return Scaled.apply(self.fc(x)) * FORWARD
+        return shift(Scaled.apply(self.fc(x)) * FORWARD)
 '''
-STORED = ["mlp", "mlp-eval", "dynamic", "pair", "compiled", "changing", "decode"]
+STORED = ["mlp", "mlp-eval", "dynamic", "pair", "compiled", "changing", "decode", "function"]
 # Each changes one part of the key of a stored scenario.
 CHANGED = ["mlp-width", "mlp-scale", "mlp-double", "mlp-shape", "dynamic-range",
-           "pair-structure", "decode-config"]
+           "pair-structure", "decode-config", "function-closure"]
 
 
-def _write_changing(folder: Path, forward: str = "1.0", backward: str = "-1.0") -> None:
+def _write_changing(folder: Path, forward: str = "1.0", backward: str = "-1.0",
+                    helper: str = "0.0", function: str = "1.0") -> None:
     (folder / "changing.py").write_text(
-        CHANGING.replace("FORWARD", forward).replace("BACKWARD", backward))
+        CHANGING.replace("FORWARD", forward).replace("BACKWARD", backward)
+        .replace("HELPER", helper).replace("FUNCTION", function))
 
 
 def _run(folder: Path, scenarios: list[str], mode: str = "graph", wait: bool = True):
@@ -109,16 +125,20 @@ def test_a_later_process_hits_and_gives_torchs_results(stored, mode):
 
 def test_each_part_of_the_key_changed_alone_misses(stored):
     folder, _, _ = stored
-    # The module's code (a constant in forward), then the Function's backward alone.
-    _write_changing(folder, forward="2.0")
-    changed = _run(folder, [*CHANGED, "changing", "mlp"])
-    _write_changing(folder, forward="2.0", backward="-3.0")
+    # The module's code (a constant in forward) and the function's (in a function it calls),
+    # then the Function's backward alone, then a global function the module's forward calls.
+    _write_changing(folder, forward="2.0", function="3.0")
+    changed = _run(folder, [*CHANGED, "changing", "function", "mlp"])
+    _write_changing(folder, forward="2.0", backward="-3.0", function="3.0")
     backward = _run(folder, ["changing"])
+    _write_changing(folder, forward="2.0", backward="-3.0", helper="0.5", function="3.0")
+    helper = _run(folder, ["changing"])
     for name in CHANGED:
         assert changed[name]["cache"] == "stored", (name, changed[name]["cache"])
         assert changed[name]["exports"] >= 1, name
         assert changed[name]["diff"] < 1e-4, (name, changed[name])
-    for result in (changed["changing"], backward["changing"]):
+    for result in (changed["changing"], changed["function"], backward["changing"],
+                   helper["changing"]):
         assert result["cache"] == "stored" and result["diff"] < 1e-4, result
     assert changed["mlp"]["cache"] == "hit"  # the unchanged one still hits
     log = changed["mlp-width"]["log"]

@@ -1,18 +1,24 @@
 """ms_aten.function: a torch function as a MindSpore Cell, one kernel launch per call."""
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-from torch.export import ExportedProgram
 
 from .base import Signature
 from .capture.export import DynamicShapes, FunctionModule, example_like, export
 from .capture.structure import Inputs, Node, flat_nodes, output_nodes
-from .compile.compiled import CompileOptions, compile_exported, start_vector_isa_probe
+from .compile.compiled import (
+    CompileOptions,
+    compile_exported,
+    compile_target_of,
+    start_vector_isa_probe,
+)
 from .lowering.program import Program, build
 from .runtime.cell import ProgramCell, call
 from .runtime.primitive import AtenFunction
+from .stored import key as stored_key
+from .stored.store import Stored, captured
 
 
 class TorchFunction(ProgramCell):
@@ -22,11 +28,13 @@ class TorchFunction(ProgramCell):
     lists and dicts as they nest: ProgramCell) and is differentiable with respect to every
     floating input. `primitive` is the AtenFunction that runs the whole graph in one kernel
     launch, `program` its capture (ProgramCell). Made from an AtenFunction alone, it takes the
-    program's inputs by position and returns its outputs flat."""
+    program's inputs by position and returns its outputs flat. `capture_cache` says what the
+    capture cache did for its latest capture ("hit", "stored", or why not; stored/)."""
 
     def __init__(self, function: AtenFunction, inputs: Inputs | None = None,
-                 nodes: tuple[Node, ...] | None = None):
+                 nodes: tuple[Node, ...] | None = None, capture_cache: str = "off"):
         super().__init__()
+        self.capture_cache = capture_cache
         program = function.program
         self._take(inputs or Inputs.by_position(len(program.signature.shapes),
                                                f"ms_aten function '{program.name}'"))
@@ -67,24 +75,51 @@ def function(fn: Callable, args: tuple = (), kwargs: Mapping[str, Any] | None = 
     options = CompileOptions.of(compile)  # a bad option fails before the capture's seconds
     if options is not None:
         start_vector_isa_probe(options)  # beside the capture
+    # The strictness that captured the first time captures every later time.
+    strictness = [strict]
+    # The Cell, for the cache's answer to a recapture: by a weak reference, as the primitive
+    # that keeps the recapture lives as long as a GRAPH-mode graph holding it.
+    made: list[weakref.ref[TorchFunction]] = []
 
-    exported, strict = export(module, inputs.as_positional(inputs.args, inputs.kwargs), name,
-                              inputs.torch_dynamic_shapes("args"), replace, strict=strict)
+    def capture(example: tuple[tuple, dict[str, Any]], first: bool) -> tuple[Stored, str]:
+        """The first capture (with the dynamic dims) or a recapture for new static shapes, from
+        the capture cache on disk when it holds it (stored/, docs/capture_cache.md); and what
+        the cache did."""
+        dynamic = inputs.torch_dynamic_shapes("args") if first else None
 
-    def built(exported: ExportedProgram, **names: Any) -> Program:
-        compiled = None
-        if options is not None:
-            # By default the backward too, when some input is floating (differentiable).
-            compiled = compile_exported(exported, name, options, options.training,
-                                        lambda spec: False)
-        return build(exported, name, compiled=compiled, **names)
+        def now() -> Stored:
+            exported, strictness[0] = export(module, inputs.as_positional(*example), name,
+                                             dynamic, replace, strict=strictness[0])
+            compiled = None
+            if options is not None:
+                # By default the backward too, when some input is floating (differentiable).
+                compiled = compile_exported(exported, name, options, options.training,
+                                            lambda spec: False)
+            program = build(exported, name, compiled=compiled, input_names=inputs.names,
+                            dim_names=inputs.dim_names if first else None)
+            return Stored(program, output_nodes(exported.call_spec.out_spec),
+                          bool(strictness[0]))
 
-    def capture(signature: Signature) -> Program:
-        example = inputs.as_positional(*inputs.example(list(example_like(signature))))
-        # The strictness that captured the first time captures every later time.
-        return built(export(module, example, name, replace=replace, strict=strict)[0],
-                     input_names=inputs.names)
+        def parts() -> stored_key.Parts:
+            return stored_key.function_parts(
+                fn, cell=TorchFunction, args=example[0], kwargs=example[1],
+                dynamic_shapes=dynamic,
+                options={"replace": replace, "strict": strict, "compile": options},
+                compile_target=None if options is None else compile_target_of(options))
 
-    program = built(exported, dim_names=inputs.dim_names, input_names=inputs.names)
-    return TorchFunction(AtenFunction(program, capture), inputs,
-                         output_nodes(exported.call_spec.out_spec))
+        stored, state = captured(name, parts, now)
+        strictness[0] = stored.strict
+        return stored, state
+
+    def recapture(signature: Signature) -> Program:
+        stored, state = capture(inputs.example(list(example_like(signature))), first=False)
+        cell = made[0]() if made else None
+        if cell is not None:
+            cell.capture_cache = state
+        return stored.program
+
+    stored, state = capture((inputs.args, inputs.kwargs), first=True)
+    cell = TorchFunction(AtenFunction(stored.program, recapture), inputs, stored.nodes,
+                         capture_cache=state)
+    made.append(weakref.ref(cell))
+    return cell

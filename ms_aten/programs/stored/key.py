@@ -101,8 +101,14 @@ class Describer:
     """json-able descriptions of Python values (see the module's docstring). `weights`: the
     module's parameters and buffers by id, described by name (their values are the Cell's)."""
 
-    def __init__(self, weights: Mapping[int, str] | None = None) -> None:
+    def __init__(self, weights: Mapping[int, str] | None = None, *,
+                 whole_objects: bool = False) -> None:
         self.weights = dict(weights or {})
+        # A function's capture (function_parts): what a module's capture describes elsewhere
+        # (module_parts: its classes, its weights by name) is described here by value: an
+        # object's class by its code, a method's module by all its fields (its weights by
+        # their bytes, which the program holds as constants).
+        self.whole_objects = whole_objects
         self.memo: dict[int, Any] = {}
         self.packages: dict[str, str] = {}  # the top-level packages met -> their versions
         self._alive: list[Any] = []  # what memo's ids name, alive while they are keys
@@ -119,6 +125,8 @@ class Describer:
         if isinstance(v, torch.Tensor):
             name = self.weights.get(id(v))
             return f"weight {name}" if name is not None else self._tensor(v)
+        if isinstance(v, types.FunctionType):  # memoized by function(), by its own mark
+            return self.function(v)
         if id(v) in self.memo:
             return self.memo[id(v)]
         self.memo[id(v)] = f"cycle {type(v).__qualname__}"  # until described: a cycle
@@ -147,9 +155,7 @@ class Describer:
             owner = v.__self__
             return ["method", self.function(v.__func__),
                     f"of {type(owner).__qualname__}" if isinstance(owner, torch.nn.Module)
-                    else self.value(owner, depth + 1)]
-        if isinstance(v, types.FunctionType):
-            return self.function(v)
+                    and not self.whole_objects else self.value(owner, depth + 1)]
         if callable(v) and not hasattr(v, "__dict__"):  # a builtin: torch.relu, len
             return f"builtin {getattr(v, '__module__', '')}.{getattr(v, '__qualname__', v)}"
         if depth > _DEPTH or _top(type(v).__module__) in _MACHINERY:
@@ -164,8 +170,8 @@ class Describer:
             return [self._type(type(v)), text]
         fields = {k: x for k, x in (state or {}).items() if k not in _VOLATILE}
         fields.update({s: getattr(v, s) for s in slots if isinstance(s, str) and hasattr(v, s)})
-        return [self._type(type(v)), [[k, self.value(x, depth + 1)]
-                                      for k, x in sorted(fields.items())]]
+        kind = self.cls(type(v)) if self.whole_objects else self._type(type(v))
+        return [kind, [[k, self.value(x, depth + 1)] for k, x in sorted(fields.items())]]
 
     def _type(self, cls: type) -> str:
         self._package(cls.__module__)
@@ -225,24 +231,26 @@ class Describer:
         code = fn.__code__
         names = sorted(global_reads(code))
         scope = fn.__globals__
-        found = []
-        for name in names:
-            if name not in scope:
-                continue
-            value = scope[name]
-            if isinstance(value, types.ModuleType) and not versioned(value.__name__):
-                # `helpers.fn(x)`: the module's members that the code names.
-                found.append([name, value.__name__, [
-                    [member, self.value(getattr(value, member))] for member in names
-                    if _is_code(getattr(value, member, None))]])
-            else:
-                found.append([name, self.value(value, 1)])
-        closure = [self.value(cell.cell_contents, 1) if _filled(cell) else "empty"
+        found = [[name, self._reached(scope[name], names)] for name in names if name in scope]
+        closure = [self._reached(cell.cell_contents, names) if _filled(cell) else "empty"
                    for cell in fn.__closure__ or ()]
         described = digest([f"{module_name}.{fn.__qualname__}", _code(code), found, closure,
                             self.value(fn.__defaults__, 1), self.value(fn.__kwdefaults__, 1)])
         self.memo[key] = described
         return described
+
+    def _reached(self, value: Any, names: list[str]) -> Any:
+        """A global or a closure's cell a function's code reads. A module (`helpers.fn(x)`,
+        an `import helpers` in the enclosing function) by its members that the code names:
+        every one of the user's own module (functions, classes, constants), the functions and
+        classes of an installed package's (its file's digest covers the rest)."""
+        if not isinstance(value, types.ModuleType) or versioned(value.__name__):
+            return self.value(value, 1)
+        own = _installed_file(value.__name__) is None
+        return [value.__name__, [
+            [member, self.value(getattr(value, member), 1)] for member in names
+            if hasattr(value, member) and not isinstance(getattr(value, member), types.ModuleType)
+            and (own or _is_code(getattr(value, member)))]]
 
 
 def _is_code(value: Any) -> bool:
@@ -395,4 +403,30 @@ def capture_parts(module: torch.nn.Module, *, cell: type, options: Mapping[str, 
         parts["compiled for"] = {k: str(v) for k, v in compile_target.items()}
     parts["versions"] = versions(describer)
     parts["model"] = model
+    return parts
+
+
+def function_parts(fn: Callable, *, cell: type, options: Mapping[str, Any], args: tuple,
+                   kwargs: Mapping[str, Any], dynamic_shapes: Any,
+                   compile_target: Mapping[str, Any] | None = None) -> Parts:
+    """Every part of the key of one capture of the function `fn` by a Cell of class `cell`
+    (ms_aten.function): its code and everything it reaches (the functions it calls, the globals
+    it names, its closure's cells and defaults: a tensor there by its bytes, an object by its
+    class's code and all its fields), the inputs, torch's state and the options; Uncacheable
+    for what the key cannot see."""
+    describer = Describer(whole_objects=True)
+    name = f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+    # A callable object (a Module, a class with __call__) by its class's code and its fields.
+    code = {"function": json.dumps(describer.value(fn), default=str)}
+    if not isinstance(fn, (types.FunctionType, types.MethodType, types.BuiltinFunctionType)):
+        code["class"] = describer.cls(type(fn))
+    parts: Parts = {"function": code}
+    parts["cell"] = {"class": describer.cls(cell),
+                     **{k: digest(describer.value(v)) for k, v in sorted(options.items())}}
+    parts["state"] = state()
+    parts["inputs"] = inputs_part(describer, args, kwargs, dynamic_shapes)
+    if compile_target is not None:
+        parts["compiled for"] = {k: str(v) for k, v in compile_target.items()}
+    parts["versions"] = versions(describer)
+    parts["model"] = {"function": name, "cell": f"{cell.__module__}.{cell.__qualname__}"}
     return parts

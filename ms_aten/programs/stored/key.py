@@ -1,5 +1,6 @@
 """The key of a stored capture (store.py): everything that changes the program ms_aten derives
-from a module, as named parts, so that a miss can say which part differs.
+from a module (capture_parts) or a function (function_parts), as named parts, so that a miss can
+say which part differs.
 
 A part is a mapping of names to digests: `classes` has one per module class, `attributes` one
 per submodule, `weights` one per parameter and buffer, and so on. The key is the digest of all

@@ -1,6 +1,6 @@
-"""The captured-program cache on disk: what ms_aten derives from a module's capture, stored
-without the weights, so that a later process with the same model skips torch.export, the
-decompositions and ms_aten's own passes (docs/capture_cache.md).
+"""The captured-program cache on disk: what ms_aten derives from a capture (a module's, a
+function's), stored without the weights, so that a later process with the same model skips
+torch.export, the decompositions and ms_aten's own passes (docs/capture_cache.md).
 
 An entry is a folder `<root>/<model>/<key>/` (`<model>`: a digest of the module's and the Cell's
 classes; `<key>`: the digest of the key's parts, key.py) holding `program.json` (the program

@@ -87,6 +87,35 @@ def test_adam_training_follows_torch(name, mode):
                                rtol=1e-4, atol=1e-5)
 
 
+class _Summed(nn.Cell):
+    def __init__(self, cell):
+        super().__init__()
+        self.cell = cell
+
+    def construct(self, x):
+        return self.cell(x).sum()
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_training_the_cell_leaves_the_torch_modules_weights(mode):
+    # The Parameters are the Cell's own memory (a Parameter copies the Tensor over torch's
+    # memory it is made from): an optimizer step moves them, not the torch module's.
+    set_mode(mode)
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    cell = ms_aten.module(module, (torch.randn(5, 4),))
+    optimizer = nn.SGD(cell.trainable_params(), learning_rate=1.0)
+    _, grads = ms.value_and_grad(_Summed(cell), None, optimizer.parameters)(
+        to_ms(torch.randn(5, 4)))
+    optimizer(grads)
+    moved = cell.torch_state_dict()
+    assert not torch.equal(moved["0.weight"], before["0.weight"])
+    assert not torch.equal(moved["1.running_mean"], before["1.running_mean"])
+    for key, value in module.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_batchnorm_train_mode_updates_running_statistics(mode):
     c = case("cnn_train")

@@ -105,8 +105,8 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
     # cache writes fail non-strict's run_decompositions; not what non-strict refused for a
     # value (a branch, a size from .item()) or a tensor hook, which strict refuses too.
     for attempt in (False, True) if strict is None else (strict,):
-        if attempt and errors and (hooked or _data_dependent(errors[0])
-                                   or hooks.found_in(errors[0])):
+        if attempt and errors and (hooked or _caused_by(errors[0], (*_DATA_DEPENDENT,
+                                                                   hooks.TensorHook))):
             continue
         try:
             # A capture with regions is searched again for another shape or mode (None).
@@ -115,7 +115,8 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
         except CaptureError:
             raise  # a construct refused by name: strict would not keep it either
         except Exception as error:  # noqa: BLE001  (torch raises many kinds; the reason is kept)
-            if attempt and hooks.found_in(error):  # TorchDynamo's node for the hook ran it
+            # strict: TorchDynamo's node for the hook ran it
+            if attempt and _caused_by(error, hooks.TensorHook):
                 raise hooks.strict_refusal(name) from error
             errors.append(error)
     failed, *retried = errors
@@ -211,10 +212,11 @@ def _partitioned(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, 
                            f"still: {_reason(error)}") from error
 
 
-def _data_dependent(error: BaseException | None) -> bool:
-    """Whether torch.export refused a value-dependent branch or size."""
+def _caused_by(error: BaseException | None, kinds: type | tuple[type, ...]) -> bool:
+    """Whether `error`, or an error it was raised from (torch wraps them), is one of `kinds`:
+    a value-dependent branch or size (_DATA_DEPENDENT), a tensor hook (hooks.TensorHook)."""
     while error is not None:
-        if isinstance(error, _DATA_DEPENDENT):
+        if isinstance(error, kinds):
             return True
         error = error.__cause__ or error.__context__
     return False

@@ -33,15 +33,6 @@ class TensorHook(Exception):  # noqa: N818
     runs as an opaque torch call (partition.py finds it)."""
 
 
-def found_in(error: BaseException | None) -> bool:
-    """Whether torch.export failed on a tensor hook (maybe wrapped by torch)."""
-    while error is not None:
-        if isinstance(error, TensorHook):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
 def caller() -> str:
     """'at file:line' of the innermost frame outside torch and ms_aten (the user's code that
     registers the hook), or 'in forward' where none is (TorchDynamo's own node runs it)."""

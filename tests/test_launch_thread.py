@@ -183,3 +183,50 @@ def test_small_work_with_a_parallel_loop_opens_no_team_on_mindspore_s_thread(mod
     out = run_fresh([str(script), mode_name], unset=("OMP_WAIT_POLICY", "OMP_NUM_THREADS"),
                     timeout=300)
     assert out.split()[-1] == "0", out
+
+
+# A program whose every tensor is below ATen's grain size runs with ATen held to the launch
+# thread (csrc/program/program.h, too_small_to_split): its forward and backward open no OpenMP
+# team, though layer_norm splits its rows with grain 1; the same model over more rows does.
+SMALL_PROGRAM = """
+import os, sys
+import torch, ms_aten
+import mindspore as ms
+sys.path.insert(0, sys.argv[2])  # tests/, for loss_cell
+from loss_cell import SumOf
+ms.set_device("CPU")
+ms.set_context(mode=getattr(ms, sys.argv[1] + "_MODE"))
+
+def launch_threads():
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                names.append(comm.read().strip())
+        except FileNotFoundError:
+            continue
+    return names.count("ms_aten launch")
+
+model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.LayerNorm(32))
+counts = []
+for rows in (8, 4096):  # 256 elements at most, then 131,072
+    example = torch.randn(rows, 32)
+    grad = ms.grad(SumOf(ms_aten.module(model, (example,))))
+    for _ in range(20):
+        grad(ms_aten.to_ms(example)).asnumpy()
+    counts.append(launch_threads())
+print(*counts)
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="ATen opens no team on one core")
+@pytest.mark.parametrize("mode_name", ["GRAPH", "PYNATIVE"])
+def test_a_program_too_small_to_split_opens_no_team(mode_name, tmp_path):
+    script = tmp_path / "small_program.py"  # MindSpore compiles Cells from source files only
+    script.write_text(SMALL_PROGRAM)
+    out = run_fresh([str(script), mode_name, str(Path(__file__).parent)],
+                    unset=("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MS_ATEN_NUM_THREADS"),
+                    timeout=300)
+    small, large = map(int, out.split()[-2:])
+    assert small == 1, out  # the launch thread alone
+    assert large > 1, out  # and its workers, once the rows are many

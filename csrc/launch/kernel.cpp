@@ -153,7 +153,7 @@ void Kernel::launch(int nparam, void** params, int* ndims, int64_t** shapes, con
   if (!call_ && !program_ && !family_) throw std::runtime_error(error_);
   const auto work = [&] { launch_here(nparam, params, ndims, shapes, dtypes, device, slot); };
   if (!device.is_cpu()) return work();  // on the device's stream, from MindSpore's thread
-  // A program always has work to split; a single op only above ATen's grain size.
+  // A program runs on the launch thread; a single op there only above ATen's grain size.
   if (!program_ && !family_ && too_small_to_split(nparam, ndims, shapes)) return run_inline(work);
   run_on_launch_thread(work);
 }
@@ -175,10 +175,14 @@ void Kernel::launch_here(int nparam, void** params, int* ndims, int64_t** shapes
   auto tensors = views_.views(nparam, params, ndims, shapes, dtypes, device);
   std::vector<at::Tensor> inputs(tensors.begin(), tensors.begin() + n_in);
   std::vector<at::Tensor> outputs(tensors.begin() + n_in, tensors.end());
-  if (family_) return family_->run(*program, inputs, outputs, slot);
   if (program) {
-    program->run(inputs, outputs, Program::Keep::kNothing, slot);
-    return;
+    const auto run = [&] {
+      if (family_) return family_->run(*program, inputs, outputs, slot);
+      program->run(inputs, outputs, Program::Keep::kNothing, slot);
+    };
+    // Still on the launch thread (the graph a forward keeps, and its thread-local state, stay
+    // where they were), with ATen's loops held to it.
+    return program->too_small_to_split() ? run_inline(run) : run();
   }
   if (call_->kind() == SpecKind::kVjp) return run_vjp(*call_, inputs, outputs);
   if (call_->kind() == SpecKind::kBounded) return run_bounded(*call_, inputs, outputs);

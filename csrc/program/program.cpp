@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <c10/core/ScalarTypeToTypeMeta.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -337,6 +338,10 @@ Program::Program(const std::string& spec) {
         }
         recompute_exact_ = words[1] == "1";
         written_ = unescape(words[2]);
+      } else if (kind == 'm') {  // m <elements>
+        const auto words = split(line, ' ');
+        if (words.size() != 2) fail(line, "expected 'm <elements>'");
+        largest_ = to_int(words[1]);
       } else if (kind == 'g') {
         for (const int i : ids(line.size() > 2 ? line.substr(2) : "")) {
           if (i < 0 || i >= n_inputs_) fail(line, "bad input index");
@@ -370,6 +375,10 @@ Program::Program(const std::string& spec) {
       nodes_[last_read[v]].release.push_back(v);
     }
   }
+}
+
+bool Program::too_small_to_split() const {
+  return largest_ >= 0 && largest_ < at::internal::GRAIN_SIZE;
 }
 
 int Program::input_count(int /*nparam*/) const {

@@ -26,6 +26,9 @@
 //                                         exact = 1 when running the forward again on their new
 //                                         values gives the same outputs (an index_copy_ of new
 //                                         rows into a KV cache), so a VJP may recompute
+//   m <elements>                          the most elements any of its tensors holds (absent:
+//                                         not known, a dynamic capture); below ATen's grain size
+//                                         the launch holds ATen to one thread (too_small_to_split)
 //   o <v,v,..>                            the program's outputs
 //   O <k> <d,d,..>                        output k's shape: each size an int or z<j>
 //   g <i,i,..>                            the inputs the VJP differentiates (may be empty)
@@ -89,6 +92,12 @@ class Program {
   // The forward writes buffers that a recompute would read with their new values, giving
   // other outputs: its backward needs the graph the forward kept.
   bool needs_kept_graph() const { return !written_.empty() && !recompute_exact_; }
+  // Every tensor of the program holds fewer elements than ATen's grain size, below which its
+  // parallel loops would not split an elementwise loop: the launch runs it with ATen held to
+  // one thread, as a small op runs inline (launch/launch_thread.h). A team woken for such work
+  // (layer_norm and attention split rows with grain 1) costs more than it saves, and its
+  // workers spin on after the launch, on the cores MindSpore's own kernels need next.
+  bool too_small_to_split() const;
 
  private:
   // A size check of the prologue (r and e lines).
@@ -173,6 +182,7 @@ class Program {
   std::vector<std::pair<int, int>> write_backs_;  // c lines: (input, value)
   std::string written_;                           // w line: the buffers it writes, for messages
   bool recompute_exact_ = true;
+  int64_t largest_ = -1;      // the m line; -1: not known
   std::string unregistered_;  // the nodes whose op has no autograd kernel, for check_derivatives
 };
 

@@ -118,6 +118,21 @@ def _returned(value: Any) -> list[Any]:
     return [None]
 
 
+def _largest(graph: torch.fx.Graph) -> int | None:
+    """The most elements any tensor of the graph holds (its inputs, every node's results), or
+    None where a size is symbolic: the launch holds ATen to one thread for a program whose
+    every tensor is below ATen's grain size (the `m` line, csrc/program/program.h)."""
+    largest = 0
+    for node in graph.nodes:
+        for value in _returned(node.meta.get("val")):
+            if isinstance(value, torch.Tensor):
+                numel = value.numel()
+                if not isinstance(numel, int):
+                    return None
+                largest = max(largest, numel)
+    return largest
+
+
 def _holds_node(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
         return any(_holds_node(v) for v in value)
@@ -500,6 +515,9 @@ def build(exported: ExportedProgram, name: str, weights: Sequence[str] = (),
     # The forward needs the differentiated inputs too: a recording forward makes them leaves.
     tail = [f"o {','.join(output_ids)}", *builder.shapes,
             f"g {','.join(map(str, grad_inputs))}"]
+    largest = _largest(graph)
+    if largest is not None:
+        tail.append(f"m {largest}")
     if writes:
         exact = inplace.exact(writes, user_outputs)
         tail.append(f"w {int(exact)} {quote(','.join(w.buffer for w in writes), safe='')}")

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
+from torch._dynamo.exc import UserError, UserErrorType
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -125,7 +126,11 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
         again = _reason(retried[0])
         text += (" (non-strict and strict alike)" if again == text else
                  f"\n(that was non-strict; strict: {again})")
-    if fallback and strict is None and not _missing_meta_kernel(failed):
+    # A range in dynamic_shapes the model does not take (MobileBERT's sequence length past its
+    # position embeddings) is the user's to narrow: an opaque part's run would add the same
+    # guards, so no partition is tried, and torch's suggested fixes are kept in the message.
+    if fallback and strict is None and not _missing_meta_kernel(failed) \
+            and not _constraint_violation(failed):
         # What torch.export refuses runs as opaque torch calls (opaque.py), the rest captured;
         # a later capture (another shape or mode) searches again (strictness None).
         return _partitioned(module, inputs, keywords, dynamic_shapes, differentiable, name,
@@ -222,10 +227,26 @@ def _caused_by(error: BaseException | None, kinds: type | tuple[type, ...]) -> b
     return False
 
 
+def _constraint_violation(error: BaseException | None) -> bool:
+    """Whether torch.export refused the dynamic_shapes' ranges (guards the model's code makes on
+    a dynamic size that the given range does not satisfy)."""
+    while error is not None:
+        if isinstance(error, UserError) and \
+                error.error_type == UserErrorType.CONSTRAINT_VIOLATION:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def _reason(error: BaseException) -> str:
-    """torch's reason for a failed capture, in a few lines."""
+    """torch's reason for a failed capture, in a few lines; for a range the model does not
+    take, every violated guard and torch's suggested fixes (its advice on draft_export
+    dropped)."""
     text = str(error).strip()
-    first = "\n".join(text.splitlines()[:3]) if text else ""
+    if _constraint_violation(error):
+        first = text.split("\n\nThe error above occurred")[0]
+    else:
+        first = "\n".join(text.splitlines()[:3]) if text else ""
     return _missing_meta_kernel(error) or f"{type(error).__name__}: {first}"
 
 

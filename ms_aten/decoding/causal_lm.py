@@ -11,6 +11,7 @@ from mindspore import Tensor, nn, ops
 from torch.export import Dim, ExportedProgram
 
 from ..programs.base import CaptureError
+from ..programs.capture.hooks import STRICT_ADVICE
 from ..programs.capture.structure import LEAVES, build
 from ..programs.module import TorchModule
 from ..programs.runtime.cell import call
@@ -139,7 +140,7 @@ class CausalLM(TorchModule):
                              strict=True, compile=compile)
         except CaptureError as error:  # torch's reason, after the architecture's name
             raise CaptureError(f"{where}: {type(model).__name__} is not served: "
-                               f"{error}") from error
+                               f"{_not_opaque(str(error))}") from error
         self._where = where
 
     def _cache_options(self) -> dict[str, Any]:
@@ -238,6 +239,24 @@ class CausalLM(TorchModule):
         return self._outputs(call(self._function, self.weights,
                                   (input_ids, cache_position, attention_mask, logits_to_keep)),
                              kwargs)
+
+
+# Why what ms_aten.module would run as an opaque torch call is refused here.
+_STRICT_ONLY = ("; ms_aten.causal_lm captures the step strictly, as one graph (TorchDynamo: "
+                "transformers' static cache needs it), where no part can run as an opaque torch "
+                "call as it can in ms_aten.module: a value-dependent branch, a tensor or module "
+                "backward hook in the forward are refused (model.generate runs without grad, "
+                "where no backward hook fires: a hook kept for training can be removed for "
+                "decoding)")
+
+
+def _not_opaque(message: str) -> str:
+    """A capture's refusal, where it is one ms_aten.module would have met with an opaque torch
+    call, with the reason the decoding route cannot (the strict capture's advice, to capture
+    without it, is not the caller's to follow here)."""
+    if STRICT_ADVICE in message or "torch.export cannot capture" in message:
+        return message.replace(STRICT_ADVICE, "") + _STRICT_ONLY
+    return message
 
 
 def _host(value: Tensor | np.ndarray) -> np.ndarray:

@@ -100,7 +100,7 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
         path, why = next(iter(hooked.items()))
         raise CaptureError(f"ms_aten: {name}: {why.split(' runs ')[0]} on "
                            f"'{path or type(module).__name__}' runs as an opaque torch call, "
-                           f"which a strict capture cannot make; capture with strict=False or None")
+                           f"which a strict capture cannot make{hooks.STRICT_ADVICE}")
     # Non-strict first: it runs the module's Python as is, and is faster. Strict (TorchDynamo)
     # captures some modules non-strict cannot: transformers' static KV cache, whose in-place
     # cache writes fail non-strict's run_decompositions; not what non-strict refused for a

@@ -135,6 +135,10 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
         # a later capture (another shape or mode) searches again (strictness None).
         return _partitioned(module, inputs, keywords, dynamic_shapes, differentiable, name,
                             reason, text, hooked), None
+    if _constraint_violation(failed):  # torch suggests no fix for a guard such as `n != 2`
+        text += ("\n(dynamic_shapes allows sizes the model's code does not take: narrow the "
+                 "range until every guard above holds; a value a guard excludes at its low end, "
+                 "by starting past it)")
     raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}") from failed
 
 

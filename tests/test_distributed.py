@@ -1,8 +1,8 @@
 """Data-parallel training under msrun: scripts/run_distributed.sh runs examples/data_parallel.py
 in 2 CPU workers; the example checks that both ranks end with identical weights, equal within
 its stated tolerance to one process trained on the full batches, and the same for a torch model
-captured by ms_aten.module with an opaque region (a tensor hook), against torch eager on the
-full batches, in GRAPH and PYNATIVE mode; and prints OK."""
+captured by ms_aten.module with opaque regions (a tensor hook, GaussianNLLLoss), against torch
+eager on the full batches, in GRAPH and PYNATIVE mode; and prints OK."""
 from __future__ import annotations
 
 import os
@@ -25,4 +25,4 @@ def test_two_workers_train_like_one_process():
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
     assert "OK: 2 ranks' weights identical" in output
-    assert "with an opaque region, 5 steps in GRAPH and PYNATIVE mode" in output
+    assert "with two opaque regions, 5 steps in GRAPH and PYNATIVE mode" in output

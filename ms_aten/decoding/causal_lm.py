@@ -11,6 +11,7 @@ from mindspore import Tensor, nn, ops
 from torch.export import Dim, ExportedProgram
 
 from ..programs.base import CaptureError
+from ..programs.capture.export import RANGE_ADVICE
 from ..programs.capture.hooks import STRICT_ADVICE
 from ..programs.capture.structure import LEAVES, build
 from ..programs.module import TorchModule
@@ -250,10 +251,18 @@ _STRICT_ONLY = ("; ms_aten.causal_lm captures the step strictly, as one graph (T
                 "decoding)")
 
 
+# Why a sequence length the model's code specializes or guards is refused.
+_EVERY_LENGTH = ("\n(ms_aten.causal_lm's one capture serves every sequence length from 1 to "
+                 "max_cache_len: the model's code must take each of them)")
+
+
 def _not_opaque(message: str) -> str:
-    """A capture's refusal, where it is one ms_aten.module would have met with an opaque torch
-    call, with the reason the decoding route cannot (the strict capture's advice, to capture
-    without it, is not the caller's to follow here)."""
+    """A capture's refusal with the decoding route's reason: for a sequence length the model's
+    code does not take, that one capture serves them all; for one ms_aten.module would have met
+    with an opaque torch call, why the decoding route cannot (the capture's own advice, to
+    capture without strict or narrow dynamic_shapes, is not the caller's to follow here)."""
+    if "Constraints violated" in message:
+        return message.replace(RANGE_ADVICE, "") + _EVERY_LENGTH
     if STRICT_ADVICE in message or "torch.export cannot capture" in message:
         return message.replace(STRICT_ADVICE, "") + _STRICT_ONLY
     return message

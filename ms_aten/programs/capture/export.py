@@ -30,6 +30,13 @@ _TORCH_DEPRECATION = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
 _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
                    DynamicOutputShapeException)
 
+# A range torch.export refused: what its guards say ("... satisfy the generated guard ..."),
+# and ms_aten's advice where torch suggests no fix.
+_GUARD = "satisfy the generated guard"
+RANGE_ADVICE = ("\n(dynamic_shapes allows sizes the model's code does not take: narrow the "
+                "range until every guard above holds; a value a guard excludes at its low end, "
+                "by starting past it)")
+
 # torch.export's dynamic_shapes: one spec per input (a dict {dim: Dim}, a tuple of per-dim
 # Dims, or None; nested as the input nests), or a dict of them by argument name.
 DynamicShapes = dict[str, Any] | tuple[Any, ...] | list[Any] | None
@@ -135,10 +142,8 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
         # a later capture (another shape or mode) searches again (strictness None).
         return _partitioned(module, inputs, keywords, dynamic_shapes, differentiable, name,
                             reason, text, hooked), None
-    if _constraint_violation(failed):  # torch suggests no fix for a guard such as `n != 2`
-        text += ("\n(dynamic_shapes allows sizes the model's code does not take: narrow the "
-                 "range until every guard above holds; a value a guard excludes at its low end, "
-                 "by starting past it)")
+    if _constraint_violation(failed) and _GUARD in text:  # torch suggests no fix for `n != 2`
+        text += RANGE_ADVICE
     raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}") from failed
 
 
@@ -242,13 +247,34 @@ def _constraint_violation(error: BaseException | None) -> bool:
     return False
 
 
+def _innermost_frames(text: str) -> str:
+    """torch's message with each "User stack:" cut to its innermost frame (the code that
+    made the guard, its file, line and source)."""
+    kept: list[str] = []
+    stack: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("User stack:"):
+            stack = []
+            kept.append(line)
+        elif stack is not None and line.startswith("  "):
+            stack.append(line)
+        else:
+            if stack is not None:
+                last = max((i for i, frame in enumerate(stack)
+                            if frame.lstrip().startswith("File ")), default=0)
+                kept.extend(frame for frame in stack[last:] if frame.strip(" ^"))
+                stack = None
+            kept.append(line)
+    return "\n".join(kept)
+
+
 def _reason(error: BaseException) -> str:
     """torch's reason for a failed capture, in a few lines; for a range the model does not
     take, every violated guard and torch's suggested fixes (its advice on draft_export
     dropped)."""
     text = str(error).strip()
     if _constraint_violation(error):
-        first = text.split("\n\nThe error above occurred")[0]
+        first = _innermost_frames(text.split("\n\nThe error above occurred")[0])
     else:
         first = "\n".join(text.splitlines()[:3]) if text else ""
     return _missing_meta_kernel(error) or f"{type(error).__name__}: {first}"

@@ -423,19 +423,93 @@ def test_compile_true_compiles_around_a_region_for_inference(tmp_path):
                                                                       rel=1e-5, abs=1e-6)
 
 
-def test_compile_true_runs_a_program_with_a_region_interpreted(mode):
+class Sandwich(tnn.Module):
+    """A region between captured layers: weights before it, in it and after it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = tnn.Linear(4, 4, bias=False)  # pre(-x) = -pre(x): both of part's branches
+        self.part = Branch()
+        self.post = tnn.Linear(4, 2)
+
+    def forward(self, x):
+        return (self.post(self.part(self.pre(x))) ** 2).sum()
+
+
+def _compiled_capture(module: tnn.Module, inputs: tuple, cache) -> ms_aten.TorchModule:
+    """A training capture with compile=True, its region named, compiled without a fallback."""
+    with pytest.warns(ms_aten.OpaqueWarning) as caught:
+        cell = ms_aten.module(copy.deepcopy(module), inputs, compile={"cache_dir": str(cache)})
+    assert not [w for w in caught if issubclass(w.category, ms_aten.CompileWarning)]
+    return cell
+
+
+@pytest.fixture(scope="module")
+def sandwich(tmp_path_factory):
+    """Sandwich compiled for training (its two pieces, forward and backward each) once for
+    the file: the Cell, the torch module, the compile cache that later captures load from."""
+    cache = tmp_path_factory.mktemp("compiled")
     torch.manual_seed(0)
-    module = GaussianNLL()
-    y = _randn(3, 3, seed=5)
+    module = Sandwich()
+    return _compiled_capture(module, (X,), cache), module, cache
+
+
+def test_compile_true_trains_around_a_region(sandwich, mode):
+    """A training capture: the pieces before and after the region compiled (forward and
+    backward), the region called between them; the value and every gradient (the input's,
+    the weights before, inside and after the region) are torch eager's on both branches."""
+    cell, module, _ = sandwich
+    compiled = cell.program.compiled
+    assert compiled is not None and compiled.training and len(compiled.key.split("+")) == 2
+    assert cell.program.spec.count("ms_aten::compiled") == 2
+    assert "ms_aten_opaque::call" in cell.program.spec
+    set_mode(mode)
+    for x in (X, -X):
+        assert_matches_torch(cell, module, (x,))
+        assert float(Call(cell)(to_ms(x))) == pytest.approx(module(x).item(), rel=1e-5,
+                                                            abs=1e-6)
+
+
+def test_compiled_training_around_a_region_follows_torchs_optimizer(sandwich, mode):
+    """5 steps of MindSpore's SGD against torch's on the same model, both branches: the
+    losses and every weight after them (a second capture, loaded from the compile cache)."""
+    _, module, cache = sandwich
+    set_mode(mode)
+    for x in (X, -X):
+        cell = _compiled_capture(module, (x,), cache)
+        assert cell.program.compiled.cached
+        expected_module = copy.deepcopy(module)
+        losses = _train_ms(cell, (x,), 5, mode)
+        expected = _train_torch(expected_module, (x,), 5)
+        np.testing.assert_allclose(losses, expected, rtol=1e-4, atol=1e-5)
+        for key, value in cell.torch_state_dict().items():
+            np.testing.assert_allclose(value.numpy(), expected_module.state_dict()[key].numpy(),
+                                       rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+def test_a_second_order_gradient_through_compiled_pieces_is_refused_by_name(sandwich):
+    cell, _, _ = sandwich
+    set_mode("pynative")
+    with pytest.raises(RuntimeError, match="second-order gradient through a compiled program"):
+        ms.grad(Call(ms.grad(Call(cell))))(to_ms(X))
+
+
+def test_compile_true_with_nothing_around_the_region_runs_interpreted(tmp_path, mode):
+    """A region that is the whole forward leaves nothing to compile: the CompileWarning says
+    so, and the program runs as the interpreted one, torch's values and gradients."""
+    torch.manual_seed(0)
+    module = Gaussian()
+    inputs = (X, _randn(3, 4, seed=3))
     with pytest.warns(ms_aten.OpaqueWarning), \
             pytest.warns(ms_aten.CompileWarning, match=r"compile=True runs it interpreted: "
-                                                       r"GaussianNLL.loss \(GaussianNLLLoss\) "
-                                                       r"runs as an opaque torch call, which a "
-                                                       r"compiled backward cannot call"):
-        cell = ms_aten.module(copy.deepcopy(module), (X, y), compile=True)
+                                                       r"Gaussian \(its whole forward\) runs "
+                                                       r"as an opaque torch call, and nothing "
+                                                       r"captured around it is left to "
+                                                       r"compile"):
+        cell = ms_aten.module(copy.deepcopy(module), inputs, compile={"cache_dir": tmp_path})
     assert cell.program.compiled is None
     set_mode(mode)
-    assert_matches_torch(cell, module, (-X, y))
+    assert_matches_torch(cell, module, inputs)
 
 
 # -- the regions' lifetime ------------------------------------------------------------------------

@@ -119,8 +119,17 @@ std::shared_ptr<const Model> parse(const std::string& spec) {
   return model;
 }
 
+// The libraries were compiled for contiguous inputs, as MindSpore's buffers are; a value from
+// inside a program (an opaque torch call's result, between compiled pieces) may not be.
+std::vector<at::Tensor> contiguous(at::TensorList inputs) {
+  std::vector<at::Tensor> args;
+  args.reserve(inputs.size());
+  for (const at::Tensor& input : inputs) args.push_back(input.contiguous());
+  return args;
+}
+
 std::vector<at::Tensor> run_inference(const Model& model, at::TensorList inputs) {
-  std::vector<at::Tensor> args(inputs.begin(), inputs.end());
+  std::vector<at::Tensor> args = contiguous(inputs);
   if (model.inference) return model.inference->run(args);
   std::vector<at::Tensor> results = model.forward->run(args);
   results.resize(model.n_outputs);  // the saved tensors go at once
@@ -132,8 +141,7 @@ struct CompiledFunction : torch::autograd::Function<CompiledFunction> {
   static variable_list forward(AutogradContext* ctx, const std::string& key,
                                at::TensorList inputs) {
     const auto model = model_of(key);
-    std::vector<at::Tensor> results =
-        model->forward->run(std::vector<at::Tensor>(inputs.begin(), inputs.end()));
+    std::vector<at::Tensor> results = model->forward->run(contiguous(inputs));
     if (results.size() < model->n_outputs) {
       throw std::runtime_error(c10::str("the forward library returned ", results.size(),
                                         " tensors, fewer than the graph's ", model->n_outputs,

@@ -32,8 +32,13 @@ the autograd node the op records.
   sizes; the training route is static only.
 - Opaque torch calls (capture/opaque.py): the inference code calls each one's op through
   AOTInductor's proxy executor, by the key the graph names (its entry lives as long as the
-  program: nodes.keep_keys); a training graph with one is not compiled (its joint trace cannot
-  differentiate a region's Python).
+  program: nodes.keep_keys). A training graph with one is compiled in pieces (pieces.py: the
+  joint trace cannot differentiate a region's Python): each piece of captured ops between
+  regions is a training graph of its own, forward and backward, one ms_aten::compiled node, and
+  the region nodes stay between them, so the program's backward runs the pieces' compiled
+  backwards and each region's torch autograd in turn. Its Compiled names the pieces' keys
+  joined by "+" (a program with regions is never stored: stored/store.py). A second-order
+  gradient is refused by the compiled pieces' backward, as for any compiled program.
 - Anything it cannot compile runs interpreted, with a CompileWarning giving the reason.
 """
 from __future__ import annotations
@@ -63,7 +68,7 @@ from ...native import library
 from ...native.threads import get_num_threads
 from ..base import Compiled
 from ..capture import autograd_functions, nodes, opaque
-from . import aot_build, cache
+from . import aot_build, cache, pieces
 from .derivatives import differentiated, without_autograd
 
 LOG = logging.getLogger("ms_aten")
@@ -135,19 +140,13 @@ def compile_exported(exported: ExportedProgram, name: str, options: CompileOptio
         graph = _Graph(exported, differentiable)
         if training is None:
             training = any(graph.differentiates)
-        if training and graph.regions:  # Python in the middle of a joint graph
-            raise _NotCompiled(f"{graph.regions[0].name} runs as an opaque torch call, which a "
-                               f"compiled backward cannot call (an eval-mode capture compiles "
-                               f"around it)")
         if training:
             _check_derivatives(graph)
+        if training and graph.regions:  # Python in the middle of a joint graph
+            return _compile_around_regions(graph, name, options)
         compiled = _load_or_compile(graph, name, options, training)
     except Exception as error:  # noqa: BLE001  (Inductor raises many kinds; the reason is kept)
-        first_line = next(iter(str(error).strip().splitlines()), "")
-        reason = first_line if isinstance(error, _NotCompiled) else \
-            f"{type(error).__name__}: {first_line}"
-        warnings.warn(f"ms_aten: {name}: compile=True runs it interpreted: {reason}",
-                      CompileWarning, stacklevel=4)
+        _warn_interpreted(name, error)
         return None
     # The regions the compiled code calls live as long as the program (capture/nodes.py).
     nodes.keep_keys(exported.graph_module, [n.args[0] for n in exported.graph_module.graph.nodes
@@ -155,6 +154,14 @@ def compile_exported(exported: ExportedProgram, name: str, options: CompileOptio
                                             and opaque.is_opaque_node(n.target)])
     graph.replace_with(compiled.key, in_place=graph.in_place(training))
     return compiled
+
+
+def _warn_interpreted(name: str, error: Exception) -> None:
+    first_line = next(iter(str(error).strip().splitlines()), "")
+    reason = first_line if isinstance(error, _NotCompiled) else \
+        f"{type(error).__name__}: {first_line}"
+    warnings.warn(f"ms_aten: {name}: compile=True runs it interpreted: {reason}",
+                  CompileWarning, stacklevel=5)
 
 
 class _Graph:
@@ -232,14 +239,9 @@ class _Graph:
         return [_zeros(p.meta["val"]) for p in self.placeholders]
 
     def key(self, training: bool, threads: int, isa: str) -> str:
-        inputs = [(tuple(p.meta["val"].shape), str(p.meta["val"].dtype), d)
-                  for p, d in zip(self.placeholders, self.differentiates, strict=True)]
-        text = json.dumps([_FORMAT, torch.__version__, isa, threads, training,
-                           [(str(shape), dtype, d) for shape, dtype, d in inputs],
-                           str(self.exported.range_constraints) if self.dynamic else "",
-                           _code(self.module()),
-                           autograd_functions.identities(self.exported.graph_module)])
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
+        return _key(self.module(), self.placeholders, self.differentiates, training, threads, isa,
+                    str(self.exported.range_constraints) if self.dynamic else "",
+                    self.exported.graph_module)
 
     def replace_with(self, key: str, in_place: bool) -> None:
         """The graph becomes one ms_aten.compiled call over its tensor inputs; `in_place`: the
@@ -274,6 +276,135 @@ class _Graph:
             if node.op in ("call_function", "get_attr") and node not in kept:
                 graph.erase_node(node)
         self.exported.graph_module.recompile()
+
+
+def _key(module: torch.fx.GraphModule, placeholders: list[torch.fx.Node],
+         differentiates: list[bool], training: bool, threads: int, isa: str, constraints: str,
+         functions: torch.fx.GraphModule) -> str:
+    """A compiled graph's cache key: its code, inputs, what it differentiates, the custom
+    autograd.Functions of `functions` and what the code is generated for."""
+    inputs = [(tuple(p.meta["val"].shape), str(p.meta["val"].dtype), d)
+              for p, d in zip(placeholders, differentiates, strict=True)]
+    text = json.dumps([_FORMAT, torch.__version__, isa, threads, training,
+                       [(str(shape), dtype, d) for shape, dtype, d in inputs], constraints,
+                       _code(module), autograd_functions.identities(functions)])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+class _Piece:
+    """One piece of a training graph around its opaque torch calls (pieces.py), compiled as a
+    graph of its own: what _load_or_compile reads of a _Graph."""
+
+    dynamic = False  # the training route is static
+    writes: list[tuple[int, int]] = []  # the buffers' new values are outputs like the others
+
+    def __init__(self, piece: pieces.Piece, root: torch.fx.GraphModule,
+                 differentiates: list[bool]) -> None:
+        self.gm = piece.module(root)
+        self.placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        self.outputs = _output_values(self.gm.graph)
+        self.differentiates = differentiates
+        self.random = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                          and torch.Tag.nondeterministic_seeded in n.target.tags
+                          for n in self.gm.graph.nodes)
+
+    def module(self, in_place: bool = False) -> torch.fx.GraphModule:
+        return self.gm
+
+    def in_place(self, training: bool) -> bool:
+        return False
+
+    def examples(self) -> list[torch.Tensor]:
+        return [_zeros(p.meta["val"]) for p in self.placeholders]
+
+    def key(self, training: bool, threads: int, isa: str) -> str:
+        return _key(self.gm, self.placeholders, self.differentiates, training, threads, isa, "",
+                    self.gm)
+
+
+def _compile_around_regions(graph: _Graph, name: str, options: CompileOptions) -> Compiled:
+    """A training graph with opaque torch calls: each piece of captured ops between them
+    compiled as a graph of its own (its forward and backward), the graph rewritten into the
+    pieces' ms_aten.compiled nodes and the region nodes between them (pieces.py). A piece
+    through which no gradient flows although its inputs have one (it computes integers from
+    them) stays interpreted; it computes no gradient."""
+    gm = graph.exported.graph_module
+    steps = pieces.split(gm.graph, lambda n: n.op == "call_function"
+                         and opaque.is_opaque_node(n.target))
+    # Which values carry a gradient: the differentiated inputs, what is computed from them,
+    # and a region's floating results (a region that differentiates inside gives its results
+    # a gradient of their own).
+    reached = {p for p, d in zip(graph.placeholders, graph.differentiates, strict=True) if d}
+    regions = {node for step in steps for node in step.regions}
+    for node in pieces.nodes_of(steps):
+        if (node in regions or any(a in reached for a in node.all_input_nodes)) and \
+                _floating_tensor(node):
+            reached.add(node)
+    todo = [step.piece for step in steps if step.piece.outputs]
+    for piece in todo:
+        for node in (*piece.inputs, *piece.outputs):
+            if not isinstance(node.meta.get("val"), torch.Tensor):
+                raise _NotCompiled(f"{node.name}, passed between a compiled piece and an opaque "
+                                   f"torch call, is not a tensor")
+    calls: dict[int, tuple[str, bool]] = {}
+    built: list[Compiled] = []
+    for k, piece in enumerate(todo):
+        differentiates = [a in reached for a in piece.inputs]
+        unit = _Piece(piece, gm, differentiates)
+        training = any(differentiates)
+        if training and not any(_has_grad(unit)):
+            continue  # no gradient through it: interpreted (see above)
+        compiled = _load_or_compile(unit, f"{name} (piece {k + 1} of {len(todo)} around its "
+                                    f"opaque torch calls)", options, training)
+        calls[id(piece)] = (compiled.key, unit.random)
+        built.append(compiled)
+    if not built:
+        raise _NotCompiled(f"{graph.regions[0].name} runs as an opaque torch call, and nothing "
+                           f"captured around it is left to compile")
+    _replace_around(gm, steps, calls)
+    return Compiled("+".join(c.key for c in built), options.directory(), True,
+                    all(c.cached for c in built), sum(c.seconds for c in built))
+
+
+def _floating_tensor(node: torch.fx.Node) -> bool:
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.is_floating_point()
+
+
+def _replace_around(gm: torch.fx.GraphModule, steps: list[pieces.Step],
+                    calls: Mapping[int, tuple[str, bool]]) -> None:
+    """The graph rewritten in place: each compiled piece one ms_aten.compiled call over its
+    inputs, the pieces left interpreted and the region nodes copied as they are, in order."""
+    graph = gm.graph
+    output = graph.output_node()
+    values: dict[torch.fx.Node, torch.fx.Node] = {}
+
+    def value(node: torch.fx.Node) -> torch.fx.Node:
+        return values.get(node, node)  # the graph's inputs stay
+
+    with graph.inserting_before(output):
+        for step in steps:
+            piece = step.piece
+            if id(piece) in calls:
+                key, random = calls[id(piece)]
+                op = torch.ops.ms_aten.compiled.random if random else \
+                    torch.ops.ms_aten.compiled.default
+                call = graph.call_function(op, (key, [value(a) for a in piece.inputs]))
+                call.meta["val"] = [o.meta["val"] for o in piece.outputs]
+                for j, node in enumerate(piece.outputs):
+                    values[node] = graph.call_function(operator.getitem, (call, j))
+                    values[node].meta["val"] = node.meta["val"]
+            else:
+                for node in piece.nodes:
+                    values[node] = graph.node_copy(node, value)
+            for node in step.regions:
+                values[node] = graph.node_copy(node, value)
+    output.args = torch.fx.map_arg(output.args, value)
+    old = set(pieces.nodes_of(steps))
+    for node in reversed(list(graph.nodes)):
+        if node in old:
+            graph.erase_node(node)
+    gm.recompile()
 
 
 def _code(gm: torch.fx.GraphModule) -> str:
@@ -357,7 +488,7 @@ def _check_derivatives(graph: _Graph) -> None:
                            f"which the gradient passes through, so no backward is compiled")
 
 
-def _load_or_compile(graph: _Graph, name: str, options: CompileOptions,
+def _load_or_compile(graph: _Graph | _Piece, name: str, options: CompileOptions,
                      training: bool) -> Compiled:
     if graph.dynamic and training:
         raise _NotCompiled("dynamic shapes are compiled for inference only (a compiled "
@@ -438,7 +569,7 @@ def _cached(directory: Path, name: str) -> str | None:
     return None
 
 
-def _compile_inference(graph: _Graph, directory: Path) -> list[str]:
+def _compile_inference(graph: _Graph | _Piece, directory: Path) -> list[str]:
     in_place = graph.in_place(training=False)
     with torch.no_grad():
         so = aot_build.aot_compile(graph.module(in_place), graph.examples(), directory,
@@ -447,21 +578,28 @@ def _compile_inference(graph: _Graph, directory: Path) -> list[str]:
     return [f"inference {so}", *writes]
 
 
-def _compile_training(graph: _Graph, directory: Path) -> list[str]:
+def _has_grad(graph: _Graph | _Piece) -> list[bool]:
+    """Whether each output of the graph has a gradient from its differentiated inputs (a run
+    on fake tensors)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode, torch.enable_grad():
+        fakes = [mode.from_tensor(x).requires_grad_(d)
+                 for x, d in zip(graph.examples(), graph.differentiates, strict=True)]
+        return [bool(out.requires_grad) for out in graph.module()(*fakes)]
+
+
+def _compile_training(graph: _Graph | _Piece, directory: Path) -> list[str]:
     """The joint graph of the outputs and the gradients of the differentiated inputs, split into
     a forward and a backward by the min-cut partitioner, each compiled."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
     gm = graph.module()
     differentiates = graph.differentiates
     # The joint graph's example inputs; the differentiated ones become leaves below.
     primals = graph.examples()
-    with FakeTensorMode() as mode, torch.enable_grad():
-        fakes = [mode.from_tensor(x).requires_grad_(d)
-                 for x, d in zip(primals, differentiates, strict=True)]
-        has_grad = [bool(out.requires_grad) for out in gm(*fakes)]
+    has_grad = _has_grad(graph)
     n_outputs = len(has_grad)
     if not any(has_grad):
         raise _NotCompiled("no output depends on a differentiated input")

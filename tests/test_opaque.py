@@ -423,17 +423,25 @@ def test_compile_true_compiles_around_a_region_for_inference(tmp_path):
                                                                       rel=1e-5, abs=1e-6)
 
 
+class Transposed(Branch):
+    """Branch's result transposed: a region whose output is not contiguous (the compiled code
+    after it was compiled for contiguous inputs)."""
+
+    def forward(self, h):
+        return super().forward(h).t()
+
+
 class Sandwich(tnn.Module):
     """A region between captured layers: weights before it, in it and after it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.pre = tnn.Linear(4, 4, bias=False)  # pre(-x) = -pre(x): both of part's branches
-        self.part = Branch()
-        self.post = tnn.Linear(4, 2)
+        self.part = Transposed()
+        self.post = tnn.Linear(3, 2)
 
     def forward(self, x):
-        return (self.post(self.part(self.pre(x))) ** 2).sum()
+        return (self.post(torch.sin(self.part(self.pre(x)))) ** 2).sum()
 
 
 def _compiled_capture(module: tnn.Module, inputs: tuple, cache) -> ms_aten.TorchModule:
@@ -463,6 +471,7 @@ def test_compile_true_trains_around_a_region(sandwich, mode):
     assert compiled is not None and compiled.training and len(compiled.key.split("+")) == 2
     assert cell.program.spec.count("ms_aten::compiled") == 2
     assert "ms_aten_opaque::call" in cell.program.spec
+    assert "opaque torch call: Sandwich.part (Transposed)" in repr(cell)
     set_mode(mode)
     for x in (X, -X):
         assert_matches_torch(cell, module, (x,))

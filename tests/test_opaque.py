@@ -521,6 +521,38 @@ def test_compile_true_with_nothing_around_the_region_runs_interpreted(tmp_path, 
     assert_matches_torch(cell, module, inputs)
 
 
+class IndexPart(tnn.Module):
+    def forward(self, x, i):
+        return (x * 2).sum() + i.sum() if x.sum() > 0 else x.sum() - i.sum()
+
+
+class Indices(tnn.Module):
+    """What is captured before the region computes integers only: no gradient flows through
+    it, so it is not compiled for training (it stays interpreted)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = tnn.Linear(4, 4)
+        self.part = IndexPart()
+
+    def forward(self, x):
+        return self.part(x, self.lin(x).argmax(-1))
+
+
+def test_compile_true_leaves_integers_before_a_region_interpreted(tmp_path, mode):
+    torch.manual_seed(0)
+    module = Indices()
+    with pytest.warns(ms_aten.OpaqueWarning), \
+            pytest.warns(ms_aten.CompileWarning, match=r"Indices.part \(IndexPart\) runs as an "
+                                                       r"opaque torch call, and no gradient flows "
+                                                       r"through what is captured around it"):
+        cell = ms_aten.module(copy.deepcopy(module), (X,), compile={"cache_dir": tmp_path})
+    assert cell.program.compiled is None
+    set_mode(mode)
+    for x in (X, -X):
+        assert_matches_torch(cell, module, (x,))
+
+
 # -- the regions' lifetime ------------------------------------------------------------------------
 
 def test_the_regions_a_capture_made_are_freed_with_its_cell():

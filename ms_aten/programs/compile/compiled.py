@@ -359,8 +359,9 @@ def _compile_around_regions(graph: _Graph, name: str, options: CompileOptions) -
         calls[id(piece)] = (compiled.key, unit.random)
         built.append(compiled)
     if not built:
-        raise _NotCompiled(f"{graph.regions[0].name} runs as an opaque torch call, and nothing "
-                           f"captured around it is left to compile")
+        around = "no gradient flows through what is captured around it (integers)" if todo \
+            else "nothing captured around it is left to compile"
+        raise _NotCompiled(f"{graph.regions[0].name} runs as an opaque torch call, and {around}")
     _replace_around(gm, steps, calls)
     return Compiled("+".join(c.key for c in built), options.directory(), True,
                     all(c.cached for c in built), sum(c.seconds for c in built))

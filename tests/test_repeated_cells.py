@@ -1,10 +1,10 @@
 """Cells made, used and dropped one after another leave a process flat: from the second on
-(caches warm), resident memory grows by less than 5 MiB per Cell (each holds 2 to 8 MiB of
+(caches warm), resident memory grows by less than 5 MiB per Cell (each holds 2 to 10 MiB of
 weights) and none stays alive: module, function and causal_lm Cells (ms_aten.generate's
-decoding in PYNATIVE mode). Each mode in a fresh process (tests/repeated_cells_child.py),
-whose captures after the first come from the capture cache (a server making a Cell per batch
-size); the repeated captures themselves are test_lifetime.py's. See docs/capture_cache.md,
-"Memory".
+decoding: GRAPH mode's one-graph loop, PYNATIVE mode's step per token). Each mode in a fresh
+process (tests/repeated_cells_child.py), whose captures after the first come from the capture
+cache (a server making a Cell per batch size); the repeated captures themselves are
+test_lifetime.py's. See docs/capture_cache.md, "Memory".
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import pytest
 CHILD = Path(__file__).with_name("repeated_cells_child.py")
 N = 4
 BOUND_MIB = 5.0
-# causal_lm with ms_aten.generate's GRAPH-mode loop is mindspore-while's case (below);
-# PYNATIVE runs the same decoding, a step per token.
-KINDS = {"graph": ["module", "function"],
+# GRAPH mode's causal_lm-generate is a `while` over inputs of dynamic shape, mindspore-while's
+# case (below): its loop takes the weights as an input, which MindSpore does not keep.
+KINDS = {"graph": ["module", "function", "causal_lm-generate"],
          "pynative": ["module", "function", "causal_lm-generate"]}
 
 
@@ -58,7 +58,8 @@ def test_cells_made_in_turn_leave_the_process_flat(results, mode):
 
 @pytest.mark.xfail(strict=True, reason="MindSpore 2.10 keeps the Parameters of a GRAPH-mode "
                    "Cell whose while loop runs over inputs of dynamic shape after the Cell is "
-                   "freed; ms_aten.generate's loop (DecodeLoop) is such a Cell")
+                   "freed; ms_aten.generate's loop (DecodeLoop) is such a Cell, given the "
+                   "weights as an input instead")
 def test_mindspores_while_loop_over_dynamic_shapes_keeps_the_cells_parameters(results):
     # Strict: when a MindSpore release frees them, this passes and fails the suite, so that
     # docs/capture_cache.md's note is revisited.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import mindspore as ms
 import numpy as np
 import torch
 from mindspore import Tensor, nn, ops
@@ -266,6 +267,41 @@ def _not_opaque(message: str) -> str:
     if STRICT_ADVICE in message or "torch.export cannot capture" in message:
         return message.replace(STRICT_ADVICE, "") + _STRICT_ONLY
     return message
+
+
+class ProgramStep(nn.Cell):
+    """A CausalLM's program as a Cell that takes the weights as its first input and holds none
+    of them: `step(weights, input_ids, cache_position, attention_mask, logits_to_keep)`, every
+    argument given, as the CausalLM inside another graph, `weights` from weight_inputs. For a
+    GRAPH-mode graph with control flow over inputs of dynamic
+    shape (ms_aten.generate's DecodeLoop): MindSpore 2.10 keeps such a graph's Parameters after
+    its Cell is freed, but not its inputs (docs/capture_cache.md, "Memory")."""
+
+    def __init__(self, lm: CausalLM) -> None:
+        super().__init__()
+        self.function = lm.primitive
+        self.n_outputs = lm.program.n_outputs
+        self.nodes = lm._nodes
+
+    def construct(self, weights, input_ids, cache_position, attention_mask, logits_to_keep):
+        results = call(self.function, weights,
+                       (input_ids, cache_position, attention_mask, logits_to_keep))
+        return build(self.nodes, results[:self.n_outputs])
+
+
+def weight_inputs(lm: CausalLM) -> tuple[Tensor, ...]:
+    """ProgramStep's weights: a plain Tensor over each of the Cell's Parameters (its memory,
+    not a copy, so the program's writes of the KV cache land in the Parameters), as a
+    mutable tuple (an input of the graph, not a constant compiled into it). Made for each call,
+    so that a Parameter given new data is read. The cache's Tensors are no Parameters, whose
+    writes GRAPH mode would order among other reads (RW_WRITE): in a decoding loop nothing else
+    reads them, and each step's call takes the token the one before chose."""
+    return ms.mutable(tuple(Tensor(p) for p in lm.weights))
+
+
+def weight_specs(lm: CausalLM) -> tuple[Tensor, ...]:
+    """weight_inputs' shapes and dtypes, for set_inputs."""
+    return ms.mutable(tuple(Tensor(shape=list(p.shape), dtype=p.dtype) for p in lm.weights))
 
 
 def _host(value: Tensor | np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import torch
 from mindspore import Tensor, nn, ops
 
 from . import logits_process
-from .causal_lm import CausalLM
+from .causal_lm import CausalLM, ProgramStep, weight_inputs, weight_specs
 from .checks import check_sampling, check_tokens
 from .logits_process import last_logits, mark, penalize, sample, uniform_draws
 
@@ -29,25 +29,20 @@ class GenerateOutput(NamedTuple):
     logits: tuple[Tensor, ...]
 
 
-class DecodeStep(nn.Cell):
-    """One step of decoding: the model over the new tokens (the prompt, or each row's last
-    token), then the next token of each row from the last position's logits, processed as
-    transformers does (logits_process.py). Takes and returns the rows' state: which tokens
-    each has seen (for the repetition penalty) and which rows are finished; returns the token
-    and the raw logits it came from. A finished row's token is the pad token. `penalize`: the
+class _Choice(nn.Cell):
+    """What a decoding step does after the model: the next token of each row from the last
+    position's logits, processed as transformers does (logits_process.py). `penalize`: the
     repetition penalty and the held-back end tokens apply (a step without them leaves the
     (batch, vocab) scores and `seen` alone: their passes cost 40-70 ms a step at batch 16 for
     GPT-2 small's vocabulary, a third of the model's step)."""
 
-    def __init__(self, lm: CausalLM, do_sample: bool, penalize: bool):
+    def __init__(self, do_sample: bool, penalize: bool):
         super().__init__()
-        self.lm = lm
         self.do_sample = do_sample
         self.penalize = penalize
 
-    def construct(self, input_ids, positions, mask, i, draw, seen, finished, temperature, top_k,
-                  top_p, min_p, repetition_penalty, min_new, eos, pad):
-        logits = last_logits(self.lm, input_ids, positions, mask)
+    def choose(self, logits, i, draw, seen, finished, temperature, top_k, top_p, min_p,
+               repetition_penalty, min_new, eos, pad):
         scores = logits
         if self.penalize:
             scores = penalize(logits, seen, i, repetition_penalty, min_new, eos)
@@ -60,6 +55,39 @@ class DecodeStep(nn.Cell):
         if self.penalize:
             seen = mark(seen, token)
         return token, seen, finished, logits
+
+
+class DecodeStep(_Choice):
+    """One step of decoding: the model over the new tokens (the prompt, or each row's last
+    token), then the next token of each row (_Choice). Takes and returns the rows' state: which
+    tokens each has seen (for the repetition penalty) and which rows are finished; returns the
+    token and the raw logits it came from. A finished row's token is the pad token."""
+
+    def __init__(self, lm: CausalLM, do_sample: bool, penalize: bool):
+        super().__init__(do_sample, penalize)
+        self.lm = lm
+
+    def construct(self, input_ids, positions, mask, i, draw, seen, finished, temperature, top_k,
+                  top_p, min_p, repetition_penalty, min_new, eos, pad):
+        return self.choose(last_logits(self.lm, input_ids, positions, mask), i, draw, seen,
+                           finished, temperature, top_k, top_p, min_p, repetition_penalty,
+                           min_new, eos, pad)
+
+
+class LoopStep(_Choice):
+    """DecodeStep inside DecodeLoop, over the weights given as its first input: the model is
+    the Cell's program (causal_lm.ProgramStep), not the Cell, so that the loop's graph holds
+    none of the Cell's Parameters, which MindSpore 2.10 would keep after the Cell is freed."""
+
+    def __init__(self, lm: CausalLM, do_sample: bool, penalize: bool):
+        super().__init__(do_sample, penalize)
+        self.program = ProgramStep(lm)
+
+    def construct(self, weights, input_ids, positions, mask, i, draw, seen, finished,
+                  temperature, top_k, top_p, min_p, repetition_penalty, min_new, eos, pad):
+        return self.choose(last_logits(self.program, input_ids, positions, mask, weights), i,
+                           draw, seen, finished, temperature, top_k, top_p, min_p,
+                           repetition_penalty, min_new, eos, pad)
 
 
 def _step_inputs(lm: CausalLM) -> list[Tensor]:
@@ -88,29 +116,31 @@ class DecodeLoop(nn.Cell):
     and its attention mask (0 on left padding; the loop appends a 1 per token, as
     model.generate does), the number of new tokens, one uniform draw per step and sequence
     (numpy's seeded generator makes them on the host, the same in both modes), the tokens each
-    prompt holds, and the Controls. Returns the new tokens (batch, max_cache_len), how many
-    were made, and, with `output_logits`, the logits each came from (max_cache_len, batch,
-    vocab)."""
+    prompt holds, the Controls, and the CausalLM's weights (causal_lm.weight_inputs: a graph
+    with a `while` over inputs of dynamic shape keeps the Parameters it holds after it is
+    freed, MindSpore 2.10; docs/capture_cache.md, "Memory"). Returns the new tokens (batch,
+    max_cache_len), how many were made, and, with `output_logits`, the logits each came from
+    (max_cache_len, batch, vocab)."""
 
     def __init__(self, lm: CausalLM, do_sample: bool, output_logits: bool, penalize: bool):
         super().__init__()
-        self.step = DecodeStep(lm, do_sample, penalize)
+        self.step = LoopStep(lm, do_sample, penalize)
         self.output_logits = output_logits
         self.max_len = lm.max_cache_len
         step = _step_inputs(lm)
         self.set_inputs(*step[:3], Tensor(shape=[], dtype=ms.int64),
                         Tensor(shape=[lm.max_cache_len, lm.batch_size], dtype=ms.float32),
-                        step[5], *_control_inputs(lm))
+                        step[5], *_control_inputs(lm), weight_specs(lm))
 
     # The controls are spelled out: starred arguments in a GRAPH-mode construct keep the Cell,
     # and the CausalLM it holds, alive for the process's life (MindSpore 2.10; cell.call).
     def construct(self, input_ids, positions, mask, steps, draws, seen, temperature, top_k,
-                  top_p, min_p, repetition_penalty, min_new, eos, pad):
+                  top_p, min_p, repetition_penalty, min_new, eos, pad, weights):
         batch = input_ids.shape[0]
         tokens = ops.zeros((batch, self.max_len), ms.int64)
         i = Tensor(0, ms.int64)
         token, seen, finished, logits = self.step(
-            input_ids, positions, mask, i, draws[i], seen, ops.zeros((batch,), ms.bool_),
+            weights, input_ids, positions, mask, i, draws[i], seen, ops.zeros((batch,), ms.bool_),
             temperature, top_k, top_p, min_p, repetition_penalty, min_new, eos, pad)
         logged = ops.zeros((self.max_len if self.output_logits else 1, *logits.shape),
                            logits.dtype)
@@ -126,7 +156,7 @@ class DecodeLoop(nn.Cell):
         while i < steps and not finished.all():
             mask = ops.concat((mask, one), 1)
             token, seen, finished, logits = self.step(
-                token.reshape(batch, 1), position, mask, i, draws[i], seen, finished,
+                weights, token.reshape(batch, 1), position, mask, i, draws[i], seen, finished,
                 temperature, top_k, top_p, min_p, repetition_penalty, min_new, eos, pad)
             tokens[:, i] = token
             if self.output_logits:
@@ -236,7 +266,8 @@ def generate(lm: CausalLM, input_ids: Tensor | np.ndarray, *,
     if not stepwise:
         tokens, count, logged = loop(Tensor(ids), Tensor(np.arange(length, dtype=np.int64)),
                                      Tensor(mask), Tensor(max_new_tokens, ms.int64),
-                                     Tensor(draws), Tensor(seen), *controls)
+                                     Tensor(draws), Tensor(seen), *controls,
+                                     weight_inputs(lm))
         made = int(count.asnumpy())
         new = tokens.asnumpy()[:, :made]
         logits = tuple(logged[i] for i in range(made)) if output_logits else ()

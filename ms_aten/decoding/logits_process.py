@@ -61,14 +61,18 @@ def seen_tokens(ids: np.ndarray, mask: np.ndarray, vocab_size: int) -> np.ndarra
 _LAST = Tensor(np.array([-1], np.int64))
 
 
-def last_logits(lm, input_ids, positions, mask):
+def last_logits(lm, input_ids, positions, mask, weights=None):
     """The model's step (a ms_aten.causal_lm Cell) over the new tokens, and the last
     position's logits (batch, vocab) in float32 (transformers chooses in float32 whatever the
     model's dtype). The Cell makes that position's logits only (logits_to_keep), as
     model.generate asks the model for, and its (batch, 1, vocab) answer is reshaped, not
     sliced (MindSpore 2.10's CPU StridedSlice with a dropped axis took 30 ms in GRAPH mode on
-    GPT-2's (16, 1, 50257) logits)."""
-    logits = lm(input_ids, positions, mask, _LAST)
+    GPT-2's (16, 1, 50257) logits). With `weights`, `lm` is the Cell's program over weights
+    given (causal_lm.ProgramStep), which takes them first."""
+    if weights is None:
+        logits = lm(input_ids, positions, mask, _LAST)
+    else:
+        logits = lm(weights, input_ids, positions, mask, _LAST)
     return logits.astype(ms.float32).reshape(logits.shape[0], logits.shape[2])
 
 

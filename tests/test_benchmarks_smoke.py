@@ -1,6 +1,7 @@
 """Smoke test of the benchmark harness: each family's driver (`python -m benchmarks.ops.run`,
 `benchmarks.models.run`, `benchmarks.dynamic.run`, `benchmarks.decode.run`,
-`benchmarks.compiled.run`, `benchmarks.decode_batch.run`, `benchmarks.losses.run`) runs with
+`benchmarks.compiled.run`, `benchmarks.decode_batch.run`, `benchmarks.losses.run`,
+`benchmarks.opaque.run`) runs with
 --quick and writes its results: a summary per cell, <family>/<cell>.json, and the family's report,
 <family>/README.md.
 
@@ -225,3 +226,14 @@ def test_quick_losses_benchmark_checks_every_route_against_torch(tmp_path: Path)
     assert row["ms_aten.nn graph"]["launches_per_call"] == 2
     assert row["ms_aten.nn pynative"]["launches_per_call"] == 2
     assert "| ms_aten.nn graph |" in (tmp_path / "losses" / "README.md").read_text()
+
+
+def test_quick_opaque_benchmark_times_both_variants_in_both_modes(tmp_path: Path) -> None:
+    # Each variant's worker checks its value and gradients against torch eager before timing.
+    done = subprocess.run([sys.executable, "-m", "benchmarks.opaque.run", "--quick", "--out",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=TIME_LIMIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = (tmp_path / "opaque" / "README.md").read_text()
+    for mode in ("GRAPH", "PYNATIVE"):
+        assert f"| 64, 8 | {mode} | forward+backward |" in table

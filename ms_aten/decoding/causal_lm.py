@@ -12,8 +12,6 @@ from mindspore import Tensor, nn, ops
 from torch.export import Dim, ExportedProgram
 
 from ..programs.base import CaptureError
-from ..programs.capture.export import RANGE_ADVICE
-from ..programs.capture.hooks import STRICT_ADVICE
 from ..programs.capture.structure import LEAVES, build
 from ..programs.module import TorchModule
 from ..programs.runtime.cell import call
@@ -142,7 +140,7 @@ class CausalLM(TorchModule):
                              strict=True, compile=compile)
         except CaptureError as error:  # torch's reason, after the architecture's name
             raise CaptureError(f"{where}: {type(model).__name__} is not served: "
-                               f"{_not_opaque(str(error))}") from error
+                               f"{_not_opaque(error)}") from error
         self._where = where
 
     def _cache_options(self) -> dict[str, Any]:
@@ -257,16 +255,16 @@ _EVERY_LENGTH = ("\n(ms_aten.causal_lm's one capture serves every sequence lengt
                  "max_cache_len: the model's code must take each of them)")
 
 
-def _not_opaque(message: str) -> str:
+def _not_opaque(error: CaptureError) -> str:
     """A capture's refusal with the decoding route's reason: for a sequence length the model's
     code does not take, that one capture serves them all; for one ms_aten.module would have met
     with an opaque torch call, why the decoding route cannot (the capture's own advice, to
     capture without strict or narrow dynamic_shapes, is not the caller's to follow here)."""
-    if "Constraints violated" in message:
-        return message.replace(RANGE_ADVICE, "") + _EVERY_LENGTH
-    if STRICT_ADVICE in message or "torch.export cannot capture" in message:
-        return message.replace(STRICT_ADVICE, "") + _STRICT_ONLY
-    return message
+    if error.kind == "range":
+        return error.reason + _EVERY_LENGTH
+    if error.kind == "opaque":
+        return error.reason + _STRICT_ONLY
+    return str(error)
 
 
 class ProgramStep(nn.Cell):

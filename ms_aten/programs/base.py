@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 
 
 class CaptureError(RuntimeError):
-    """A torch module or function that cannot become an ms_aten program."""
+    """A torch module or function that cannot become an ms_aten program.
+
+    Its message is `reason`, then `advice`: what the caller of the capture can change. `kind`
+    says what refused it: "range", a dynamic_shapes range the model's code does not take;
+    "opaque", what runs as an opaque torch call only where the capture may make one (not
+    strict); "" anything else. A route that chose the capture's options itself
+    (ms_aten.causal_lm) gives the reason with its own explanation instead of the advice."""
+
+    def __init__(self, reason: str, advice: str = "",
+                 kind: Literal["", "range", "opaque"] = "") -> None:
+        super().__init__(reason + advice)
+        self.reason = reason
+        self.advice = advice
+        self.kind = kind
 
 
 Shape = tuple[int | None, ...]  # None: a size torch.export keeps symbolic (dynamic_shapes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch._dynamo.exc import UserError, UserErrorType
@@ -33,7 +33,7 @@ _DATA_DEPENDENT = (GuardOnDataDependentSymNode, DataDependentOutputException,
 # A range torch.export refused: what its guards say ("... satisfy the generated guard ..."),
 # and ms_aten's advice where torch suggests no fix.
 _GUARD = "satisfy the generated guard"
-RANGE_ADVICE = ("\n(dynamic_shapes allows sizes the model's code does not take: narrow the "
+_RANGE_ADVICE = ("\n(dynamic_shapes allows sizes the model's code does not take: narrow the "
                 "range until every guard above holds; a value a guard excludes at its low end, "
                 "by starting past it)")
 
@@ -107,7 +107,7 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
         path, why = next(iter(hooked.items()))
         raise CaptureError(f"ms_aten: {name}: {why.split(' runs ')[0]} on "
                            f"'{path or type(module).__name__}' runs as an opaque torch call, "
-                           f"which a strict capture cannot make{hooks.STRICT_ADVICE}")
+                           f"which a strict capture cannot make", hooks.STRICT_ADVICE, "opaque")
     # Non-strict first: it runs the module's Python as is, and is faster. Strict (TorchDynamo)
     # captures some modules non-strict cannot: transformers' static KV cache, whose in-place
     # cache writes fail non-strict's run_decompositions; not what non-strict refused for a
@@ -137,14 +137,18 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
     # position embeddings) is the user's to narrow: an opaque part's run would add the same
     # guards, so no partition is tried, and torch's suggested fixes are kept in the message.
     if fallback and strict is None and not _missing_meta_kernel(failed) \
-            and not _constraint_violation(failed):
+            and not _range_refused(failed):
         # What torch.export refuses runs as opaque torch calls (opaque.py), the rest captured;
         # a later capture (another shape or mode) searches again (strictness None).
         return _partitioned(module, inputs, keywords, dynamic_shapes, differentiable, name,
                             reason, text, hooked), None
-    if _constraint_violation(failed) and _GUARD in text:  # torch suggests no fix for `n != 2`
-        text += RANGE_ADVICE
-    raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}") from failed
+    range_refused = _range_refused(failed)
+    # torch suggests no fix for a guard such as `n != 2`.
+    advice = _RANGE_ADVICE if range_refused and _GUARD in text else ""
+    kind: Literal["", "range", "opaque"] = \
+        "range" if range_refused else "" if _missing_meta_kernel(failed) else "opaque"
+    raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}", advice,
+                       kind) from failed
 
 
 def _once(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, Any],
@@ -245,6 +249,13 @@ def _constraint_violation(error: BaseException | None) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+def _range_refused(error: BaseException) -> bool:
+    """Whether torch.export refused the dynamic_shapes' ranges, not a value: TorchDynamo reports
+    a guard on a data-dependent value (a branch, an .item() loop) as a constraint violation
+    too."""
+    return _constraint_violation(error) and not _caused_by(error, _DATA_DEPENDENT)
 
 
 def _innermost_frames(text: str) -> str:

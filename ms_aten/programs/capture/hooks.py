@@ -43,15 +43,14 @@ def caller() -> str:
     return "in forward" if frame is None else f"at {frame.filename}:{frame.lineno}"
 
 
-# What a strict capture's refusal of a hook advises; a caller that chose strictness itself
-# (ms_aten.causal_lm) says why instead.
+# What a strict capture's refusal of a hook advises.
 STRICT_ADVICE = "; capture with strict=False or None"
 
 
 def strict_refusal(name: str, where: str = "in forward") -> CaptureError:
     return CaptureError(
         f"ms_aten: {name}: Tensor.register_hook() {where} runs only in torch's autograd, as an "
-        f"opaque torch call, which a strict capture cannot make{STRICT_ADVICE}")
+        f"opaque torch call, which a strict capture cannot make", STRICT_ADVICE, "opaque")
 
 
 def tensor_hook_error(method: str, name: str, strict: bool) -> Exception:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
@@ -136,13 +136,12 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
     # A range in dynamic_shapes the model does not take (MobileBERT's sequence length past its
     # position embeddings) is the user's to narrow: an opaque part's run would add the same
     # guards, so no partition is tried, and torch's suggested fixes are kept in the message.
-    if fallback and strict is None and not _missing_meta_kernel(failed) \
-            and not _range_refused(failed):
+    range_refused = _range_refused(failed)
+    if fallback and strict is None and not _missing_meta_kernel(failed) and not range_refused:
         # What torch.export refuses runs as opaque torch calls (opaque.py), the rest captured;
         # a later capture (another shape or mode) searches again (strictness None).
         return _partitioned(module, inputs, keywords, dynamic_shapes, differentiable, name,
                             reason, text, hooked), None
-    range_refused = _range_refused(failed)
     # torch suggests no fix for a guard such as `n != 2`.
     advice = _RANGE_ADVICE if range_refused and _GUARD in text else ""
     kind: Literal["", "range", "opaque"] = \
@@ -230,25 +229,24 @@ def _partitioned(module: torch.nn.Module, inputs: tuple, keywords: Mapping[str, 
                            f"still: {_reason(error)}") from error
 
 
-def _caused_by(error: BaseException | None, kinds: type | tuple[type, ...]) -> bool:
-    """Whether `error`, or an error it was raised from (torch wraps them), is one of `kinds`:
-    a value-dependent branch or size (_DATA_DEPENDENT), a tensor hook (hooks.TensorHook)."""
+def _chain(error: BaseException | None) -> Iterator[BaseException]:
+    """`error` and the errors it was raised from (torch wraps them)."""
     while error is not None:
-        if isinstance(error, kinds):
-            return True
+        yield error
         error = error.__cause__ or error.__context__
-    return False
+
+
+def _caused_by(error: BaseException | None, kinds: type | tuple[type, ...]) -> bool:
+    """Whether `error`, or an error it was raised from, is one of `kinds`: a value-dependent
+    branch or size (_DATA_DEPENDENT), a tensor hook (hooks.TensorHook)."""
+    return any(isinstance(e, kinds) for e in _chain(error))
 
 
 def _constraint_violation(error: BaseException | None) -> bool:
     """Whether torch.export refused the dynamic_shapes' ranges (guards the model's code makes on
     a dynamic size that the given range does not satisfy)."""
-    while error is not None:
-        if isinstance(error, UserError) and \
-                error.error_type == UserErrorType.CONSTRAINT_VIOLATION:
-            return True
-        error = error.__cause__ or error.__context__
-    return False
+    return any(isinstance(e, UserError) and e.error_type == UserErrorType.CONSTRAINT_VIOLATION
+               for e in _chain(error))
 
 
 def _range_refused(error: BaseException) -> bool:

@@ -90,10 +90,13 @@ def main() -> int:
         return 0
     (args.out / "objects").mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(args.jobs) as pool:
-        for command, result in pool.map(run, compiles):
-            if result.returncode != 0:
-                print(f"build_bridge: {shlex.join(command)}\n{result.stderr}", file=sys.stderr)
-                return 1
+        failed = [(command, result) for command, result in pool.map(run, compiles)
+                  if result.returncode != 0]
+    # Every unit that fails, not the first: a device run has minutes for the whole build.
+    for command, result in failed:
+        print(f"build_bridge: {shlex.join(command)}\n{result.stderr}", file=sys.stderr)
+    if failed:
+        return 1
     _, result = run(link)
     if result.returncode != 0:
         print(f"build_bridge: {shlex.join(link)}\n{result.stderr}", file=sys.stderr)

@@ -1,6 +1,7 @@
 #include "op/grad.h"
 
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>  // Node, which torch 2.11's autograd.h leaves incomplete
 
 #include <algorithm>
 #include <iterator>

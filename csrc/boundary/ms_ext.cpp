@@ -64,7 +64,10 @@ at::Tensor wrap_ms_buffer(void* data, int ndim, const int64_t* shape, const char
     return at_npu::native::from_blob(data, sizes, device, options);
   }
 #endif
-  return at::from_blob(data, sizes, options);
+  // The device is named rather than looked up from the pointer (at::from_blob's default): a
+  // zero-size tensor has no buffer (nullptr), which CUDA's lookup refuses, and the lookup is a
+  // driver call per buffer.
+  return at::for_blob(data, sizes).options(options).target_device(device).make_tensor();
 }
 
 std::vector<at::Tensor> get_torch_tensors(int nparam, void** params, int* ndims, int64_t** shapes,

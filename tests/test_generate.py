@@ -347,3 +347,33 @@ def test_bad_decoding_inputs_are_refused_on_the_host_and_the_cell_goes_on(model_
     logits = lm(ms.Tensor(prompt.numpy()), ms.Tensor(np.arange(4))).asnumpy()
     with torch.no_grad():
         np.testing.assert_allclose(logits, model(prompt).logits.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_cells_of_one_program_share_a_decode_loop_and_keep_their_own_weights():
+    """GRAPH mode compiles one DecodeLoop per program and kind, shared by every Cell of that
+    program (MindSpore keeps part of each compiled loop after its Cell goes): each Cell still
+    decodes with its own weights and cache, also after the Cell whose primitive the loop runs
+    is freed; a Cell of another program gets its own loop."""
+    from ms_aten.decoding import generate as decoding
+
+    set_mode("graph")
+    models = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        models.append(_gpt2().eval())
+    first, second = (ms_aten.causal_lm(model, max_cache_len=CACHE) for model in models)
+    prompt = _prompt(5, seed=3)
+    for model, lm in [(models[0], first), (models[1], second), (models[0], first)]:
+        got = ms_aten.generate(lm, prompt.numpy(), max_new_tokens=6).asnumpy()
+        np.testing.assert_array_equal(got, _torch_greedy(model, prompt, 6))
+    assert _torch_greedy(models[0], prompt, 6).tolist() != _torch_greedy(models[1], prompt, 6)\
+        .tolist(), "the two models must decode differently for the test to show anything"
+    loops = [getattr(lm, decoding._LOOPS) for lm in (first, second)]
+    assert list(loops[0].values()) == list(loops[1].values())  # the same DecodeLoop object
+    del first, loops
+    got = ms_aten.generate(second, prompt.numpy(), max_new_tokens=6).asnumpy()
+    np.testing.assert_array_equal(got, _torch_greedy(models[1], prompt, 6))
+    other = ms_aten.causal_lm(models[1], max_cache_len=CACHE // 2)
+    ms_aten.generate(other, prompt.numpy(), max_new_tokens=2)
+    assert set(getattr(other, decoding._LOOPS).values()).isdisjoint(
+        getattr(second, decoding._LOOPS).values())

@@ -20,7 +20,8 @@ CHILD = Path(__file__).with_name("repeated_cells_child.py")
 N = 4
 BOUND_MIB = 5.0
 # GRAPH mode's causal_lm-generate is a `while` over inputs of dynamic shape, mindspore-while's
-# case (below): its loop takes the weights as an input, which MindSpore does not keep.
+# case (below): its loop takes the weights as an input, which MindSpore does not keep, and the
+# Cells of one program share it (test_generate.py), so MindSpore compiles it once.
 KINDS = {"graph": ["module", "function", "causal_lm-generate"],
          "pynative": ["module", "function", "causal_lm-generate"]}
 

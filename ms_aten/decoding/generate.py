@@ -4,7 +4,9 @@ in GRAPH mode the whole loop (prompt, every token, sampling) is one compiled gra
 streamer or stop strings, a compiled step per token (beam search: beam_search.py)."""
 from __future__ import annotations
 
+import hashlib
 import inspect
+from collections import OrderedDict
 from typing import Any, NamedTuple
 
 import mindspore as ms
@@ -19,6 +21,10 @@ from .logits_process import last_logits, mark, penalize, sample, uniform_draws
 
 # The attribute of a CausalLM that holds its decode loops (_loop).
 _LOOPS = "_ms_aten_decode_loops"
+# GRAPH-mode DecodeLoops by the program they run and their kind, shared by every CausalLM of
+# that program (_shared_loop); the last few kept.
+_SHARED: OrderedDict[tuple[Any, ...], DecodeLoop] = OrderedDict()
+_SHARED_KEPT = 4
 
 
 class GenerateOutput(NamedTuple):
@@ -292,8 +298,32 @@ def _loop(lm: CausalLM, do_sample: bool, output_logits: bool, stepwise: bool,
             loop = DecodeStep(lm, do_sample, penalize)
             loop.set_inputs(*_step_inputs(lm))
         else:
-            loop = DecodeLoop(lm, do_sample, output_logits, penalize)
+            loop = _shared_loop(lm, do_sample, output_logits, penalize)
         loops[key] = loop
+    return loop
+
+
+def _shared_loop(lm: CausalLM, do_sample: bool, output_logits: bool,
+                 penalize: bool) -> DecodeLoop:
+    """The DecodeLoop of a CausalLM whose program an earlier Cell ran already: that Cell's loop,
+    or a new one. A loop holds no weights (they are its input) and no Cell, only the program's
+    primitive, so it serves every Cell of the same program, Parameters, cache and all, given
+    through weight_inputs. MindSpore 2.10 keeps part of each compiled loop graph (a `while`
+    over inputs of dynamic shape) after its Cell is freed, about 6 MiB for GPT-2 small's 184
+    inputs: a Cell made per request or batch would leave that behind each time, and compile
+    again (docs/capture_cache.md, "Memory")."""
+    program = lm.program
+    key = (hashlib.sha256(program.spec.encode()).hexdigest(),
+           program.compiled.key if program.compiled is not None else None,
+           program.written, program.random, tuple(lm._nodes), lm.batch_size, lm.vocab_size,
+           lm.max_cache_len, tuple((tuple(p.shape), p.dtype) for p in lm.weights),
+           do_sample, output_logits, penalize)
+    loop = _SHARED.get(key)
+    if loop is None:
+        loop = _SHARED[key] = DecodeLoop(lm, do_sample, output_logits, penalize)
+        while len(_SHARED) > _SHARED_KEPT:
+            _SHARED.popitem(last=False)
+    _SHARED.move_to_end(key)
     return loop
 
 

@@ -22,9 +22,10 @@ from .logits_process import last_logits, mark, penalize, sample, uniform_draws
 # The attribute of a CausalLM that holds its decode loops (_loop).
 _LOOPS = "_ms_aten_decode_loops"
 # GRAPH-mode DecodeLoops by the program they run and their kind, shared by every CausalLM of
-# that program (_shared_loop); the last few kept.
+# that program (_shared_loop). The last 16 kept: a loop dropped leaves most of its memory in
+# MindSpore anyway, so the bound is on the primitives' programs a kept loop holds (~1 MiB).
 _SHARED: OrderedDict[tuple[Any, ...], DecodeLoop] = OrderedDict()
-_SHARED_KEPT = 4
+_SHARED_KEPT = 16
 
 
 class GenerateOutput(NamedTuple):

@@ -7,7 +7,6 @@ weights.
 from __future__ import annotations
 
 import gc
-import statistics
 import weakref
 from collections.abc import Callable
 
@@ -18,7 +17,7 @@ import transformers
 
 import ms_aten
 
-from common import set_mode
+from common import growth_per_cell, set_mode
 
 MIB = 1 << 20
 
@@ -32,11 +31,7 @@ def assert_freed(make_and_use: Callable[[], ms.nn.Cell], n: int = 20,
                  per_cell_mib: float = 1.0) -> None:
     """make_and_use() n times, each Cell dropped after its use: every one is gone, and from the
     fifth on (caches warm) resident memory grows by at most per_cell_mib per Cell (a Cell here
-    holds 4 to 8 MiB). The median of the growths over two Cells at a time, halved: a Cell that
-    stays shows in each, while one step of the allocator's arenas in a process that ran other
-    tests first shows in two (a 36 MiB step once made the mean 6 MiB per Cell with every Cell
-    freed), and Cells of two kinds in turn (module, function) do not: resident memory may
-    alternate between them (+8, -8 MiB: the median of single steps read 6 MiB per Cell)."""
+    holds 4 to 8 MiB; common.growth_per_cell)."""
     cells, resident = [], []
     for i in range(n):
         cells.append(weakref.ref(make_and_use()))
@@ -44,7 +39,7 @@ def assert_freed(make_and_use: Callable[[], ms.nn.Cell], n: int = 20,
         if i >= 3:
             resident.append(resident_mib())
     alive = sum(cell() is not None for cell in cells)
-    grown = statistics.median(np.subtract(resident[2:], resident[:-2]) / 2)
+    grown = growth_per_cell(resident)
     assert alive == 0 and grown < per_cell_mib, (f"{alive} of {n} Cells alive, "
                                                  f"{grown:.2f} MiB resident per Cell "
                                                  f"(median; resident {resident})")

@@ -136,8 +136,8 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
     # A range in dynamic_shapes the model does not take (MobileBERT's sequence length past its
     # position embeddings) is the user's to narrow: an opaque part's run would add the same
     # guards, so no partition is tried, and torch's suggested fixes are kept in the message.
-    range_refused = _range_refused(failed)
-    if fallback and strict is None and not _missing_meta_kernel(failed) and not range_refused:
+    range_refused, no_meta = _range_refused(failed), _missing_meta_kernel(failed) is not None
+    if fallback and strict is None and not no_meta and not range_refused:
         # What torch.export refuses runs as opaque torch calls (opaque.py), the rest captured;
         # a later capture (another shape or mode) searches again (strictness None).
         return _partitioned(module, inputs, keywords, dynamic_shapes, differentiable, name,
@@ -145,7 +145,7 @@ def _export(module: torch.nn.Module, example_inputs: tuple, name: str,
     # torch suggests no fix for a guard such as `n != 2`.
     advice = _RANGE_ADVICE if range_refused and _GUARD in text else ""
     kind: Literal["", "range", "opaque"] = \
-        "range" if range_refused else "" if _missing_meta_kernel(failed) else "opaque"
+        "range" if range_refused else "" if no_meta else "opaque"
     raise CaptureError(f"ms_aten: torch.export cannot capture {name}: {text}", advice,
                        kind) from failed
 
@@ -292,10 +292,9 @@ def _reason(error: BaseException) -> str:
 def _missing_meta_kernel(error: BaseException | None) -> str | None:
     """What to register, when tracing failed on an op that has no Meta kernel (torch reports it
     as UnsupportedOperatorException, maybe wrapped)."""
-    while error is not None:
-        if isinstance(error, UnsupportedOperatorException):
-            return missing_meta_kernel(error.func._schema)
-        error = error.__cause__ or error.__context__
+    for e in _chain(error):
+        if isinstance(e, UnsupportedOperatorException):
+            return missing_meta_kernel(e.func._schema)
     return None
 
 

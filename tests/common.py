@@ -114,6 +114,12 @@ def start_fresh(args: list[str], unset: tuple[str, ...] = (), timeout: int = 600
                           text=True, timeout=timeout)
 
 
+def resident_mib() -> float:
+    """This process's resident memory, MiB."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+
+
 def growth_per_cell(resident: Sequence[float]) -> float:
     """MiB per Cell of a process's resident memory, read after each of Cells made and dropped
     in turn: the median of its growths over two Cells at a time, halved. A Cell that stays shows

@@ -18,12 +18,9 @@ import transformers
 
 import ms_aten
 
+from common import resident_mib  # this script's folder, tests/, leads sys.path
+
 X = torch.randn(4, 256, generator=torch.Generator().manual_seed(0))
-
-
-def resident_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096 / (1 << 20)
 
 
 def gpt2() -> transformers.PreTrainedModel:

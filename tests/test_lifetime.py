@@ -17,14 +17,7 @@ import transformers
 
 import ms_aten
 
-from common import growth_per_cell, set_mode
-
-MIB = 1 << 20
-
-
-def resident_mib() -> float:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * 4096 / MIB
+from common import growth_per_cell, resident_mib, set_mode
 
 
 def assert_freed(make_and_use: Callable[[], ms.nn.Cell], n: int = 20,

@@ -75,6 +75,26 @@ def test_forward_matches_aot_and_torch(name, constants, inputs, reference):
         torch.testing.assert_close(to_torch(f), e, rtol=0, atol=0)
 
 
+def test_a_graph_mode_call_outside_any_graph_takes_the_fast_path(monkeypatch):
+    """GRAPH mode runs an op called from Python at once, as PYNATIVE does: through the fast
+    path; inside ms.jit the op is compiled, on its AOT kernel. Both equal torch's, in both
+    dtypes, 0-dim and zero-size inputs too."""
+    taken = []
+    monkeypatch.setattr(fast_path, "call", lambda op, *a, real=fast_path.call: (
+        taken.append(op), real(op, *a))[1])
+    set_mode("graph")
+    op = ms_aten.op("leaky_relu", negative_slope=0.2)
+
+    @ms.jit
+    def jitted(x):
+        return op(x)
+    for x in (randn(8), randn(3, 4, dtype=torch.bfloat16), torch.tensor(-2.0), randn(0, 3)):
+        want = F.leaky_relu(x, 0.2)
+        torch.testing.assert_close(to_torch(op(to_ms(x))), want, rtol=0, atol=0)
+        torch.testing.assert_close(to_torch(jitted(to_ms(x))), want, rtol=0, atol=0)
+    assert taken == [op] * 4
+
+
 def test_repeated_calls_reuse_the_cached_outputs_per_signature():
     op = ms_aten.op("relu")
     for shape in [(2, 3), (4,), (2, 3)]:

@@ -202,6 +202,44 @@ def test_one_launch_per_forward_and_one_per_backward():
     assert ms_aten.launch_count() - before == 2  # the forward and the VJP
 
 
+@pytest.mark.parametrize("hooked", [False, True])
+def test_a_graph_mode_call_from_python_launches_without_compiling_a_graph(monkeypatch, hooked):
+    """GRAPH mode, `cell(x)` outside any graph: the program's one launch goes through the fast
+    path, as in PYNATIVE, and MindSpore compiles no graph for it; with a forward hook, which
+    MindSpore's own call compiles with the Cell, it runs as before, the hook too. Inside ms.jit
+    the Cell is compiled, with the AOT kernel. All equal torch's forward (doubled by the
+    hook)."""
+    from ms_aten.programs.runtime import fast_path
+
+    c = case("gpt2")
+    set_mode("graph")
+    cell = ms_aten.module(c.module, c.inputs)
+    direct = []
+    monkeypatch.setattr(fast_path, "call", lambda f, *a, real=fast_path.call: (
+        direct.append(f), real(f, *a))[1])
+    if hooked:
+        def double_the_logits(_cell, _args, outputs):  # the flat outputs, logits first
+            return (outputs[0] * 2,) + outputs[1:]
+        cell.register_forward_hook(double_the_logits)
+    want = models.logits(c.module(*c.inputs)).detach().numpy()
+    x = to_ms(c.inputs[0])
+    before = ms_aten.launch_count()
+    for _ in range(2):
+        np.testing.assert_allclose(models.logits(cell(x)).asnumpy(), want * (1 + hooked),
+                                   rtol=1e-4, atol=1e-6)
+    assert ms_aten.launch_count() - before == 2
+    assert len(direct) == (0 if hooked else 2)
+    assert cell._compiled == hooked  # MindSpore's flag of a GRAPH-mode Cell call it compiled
+    if hooked:
+        return
+
+    @ms.jit
+    def jitted(t):
+        return models.logits(cell(t))
+    np.testing.assert_allclose(jitted(x).asnumpy(), want, rtol=1e-4, atol=1e-6)
+    assert len(direct) == 2
+
+
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_other_input_shapes_are_captured_again_in_both_modes(mode):
     """Another batch and sequence length is captured again, once per signature (in GRAPH mode

@@ -397,6 +397,10 @@ class TorchModule(ProgramCell):
         finally:
             object.__setattr__(self, "_followed", False)
 
+    def _runs_directly(self) -> bool:
+        # A verified call's checks are ops of the graph it compiles (verify.py).
+        return not self._verifying and super()._runs_directly()
+
     def construct(self, *args, **kwargs):
         inputs = after(self._change_check, self._check_token, self._leaves(args, kwargs))
         if self._verifying:

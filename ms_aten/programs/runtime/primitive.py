@@ -297,13 +297,18 @@ class AtenFunction(_ProgramPrimitive):
         return [list(shape) for shape in known]
 
     def __call__(self, *args):
-        # PYNATIVE on CPU: the pyboost fast path (fast_path.py), which also keeps the forward's
-        # autograd graph for the backward exactly when autograd records the call. GRAPH mode
-        # never calls __call__ (the primitive is compiled), so it stays on the AOT kernel.
-        if library.current_target() == "CPU" and not graph_mode() and pyboost.available() \
-                and not (self.verifier is not None and self.verifier.active):
+        if self.direct():
             return fast_path.call(self, *args)
         return super().__call__(*args)
+
+    def direct(self) -> bool:
+        """Whether a call from Python, in either mode, runs through the pyboost fast path
+        (fast_path.py), which also keeps the forward's autograd graph for the backward exactly
+        when PYNATIVE's autograd records the call: on CPU, unless a Verifier is active. A graph
+        MindSpore compiles never calls __call__ (the primitive is compiled, on the AOT
+        kernel)."""
+        return library.current_target() == "CPU" and pyboost.available() \
+            and not (self.verifier is not None and self.verifier.active)
 
     def check_count(self, n: int) -> None:
         """TypeError naming the user inputs unless a call gives n = weights + inputs tensors."""

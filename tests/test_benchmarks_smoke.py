@@ -173,6 +173,26 @@ def test_quick_compiled_benchmark_runs_both_compilers_and_reports_compile_times(
     assert "| gpt2-tiny | forward |" in (tmp_path / "compiled" / "README.md").read_text()
 
 
+def test_compute_bound_counts_the_models_products(tmp_path: Path) -> None:
+    """benchmarks.models.bound on GPT-2 tiny (2 layers, 32 wide, 2 x 8 tokens, vocabulary 100):
+    its forward's products are the linears' 2 x tokens x (12 x hidden^2 per layer) and the
+    output projection's 2 x tokens x hidden x vocabulary (torch's FlopCounterMode does not
+    count the CPU flash-attention kernel), the backward's twice that, and the bound is the work
+    over the measured peak."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.models.bound", "--model", "gpt2-tiny",
+                           "--gemm-size", "256"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=TIME_LIMIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    tokens, hidden, layers, vocab = 2 * 8, 32, 2, 100
+    forward = 2 * tokens * (12 * hidden ** 2 * layers + hidden * vocab) / 1e9
+    assert result["gflop"]["forward"] == pytest.approx(forward)
+    assert result["gflop"]["forward+backward"] == pytest.approx(3 * forward)
+    assert result["peak_gflops"] > 0
+    for route, gflop in result["gflop"].items():
+        assert result["bound_ms"][route] == pytest.approx(1e3 * gflop / result["peak_gflops"])
+
+
 def test_quick_batched_decode_benchmark_runs_every_route_beside_the_bound(
         tmp_path: Path) -> None:
     """A left-padded bfloat16 batch of two prompts of the tiny Llama on every route (torch's

@@ -1,9 +1,11 @@
 """The compute bound of a whole-model benchmark's routes: the matrix products' floating-point
 work of one forward and one forward+backward (torch's FlopCounterMode over the torch eager
-worker's calls, the same model, data and loss), and the machine's peak for that work (a large
-float32 GEMM on ATen's default threads, the MKL call the models' products make), so that a
-route's time can be set against the shortest time its products allow. Torch only, in a process
-of its own; prints one JSON line. Run it in the same hour as the timings it bounds.
+worker's calls, the same model, data and loss; it does not count the CPU flash-attention
+kernel, about 2 % of GPT-2 small's products, so the bound is a little low), and the machine's
+peak for that work (a large float32 GEMM on ATen's default threads, the MKL call the models'
+products make), so that a route's time can be set against the shortest time its products
+allow. Torch only, in a process of its own; prints one JSON line. Run it in the same hour as
+the timings it bounds.
 
     .venv/bin/python -m benchmarks.models.bound --model gpt2-small
 """

@@ -99,6 +99,29 @@ def test_quantize_is_one_launch(mode):
     assert ms_aten.launch_count() - before == 1
 
 
+def test_a_graph_mode_call_from_python_takes_the_fast_path(monkeypatch):
+    """GRAPH mode, a function called from Python outside any graph: one launch through the fast
+    path, a structured (tuple) result as torch's, and no graph compiled; as the cell of an outer
+    Cell, MindSpore compiles it with the AOT kernel."""
+    from ms_aten.programs.runtime import fast_path
+
+    taken = []
+    monkeypatch.setattr(fast_path, "call", lambda f, *a, real=fast_path.call: (
+        taken.append(f), real(f, *a))[1])
+    set_mode("graph")
+    args = (torch.randn(3, 4), torch.randn(5, 4), torch.randn(5), torch.randn(5))
+    fn = ms_aten.function(block, args)
+    want = block(*args)
+    got = fn(*to_ms(args))
+    assert isinstance(got, tuple) and len(taken) == 1 and not fn._compiled
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(to_torch(g).numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
+    outer = OpCell(fn)
+    for g, w in zip(outer(*to_ms(args)), want, strict=True):
+        np.testing.assert_allclose(to_torch(g).numpy(), w.numpy(), rtol=1e-5, atol=1e-5)
+    assert len(taken) == 1
+
+
 @pytest.mark.parametrize("record", [True, False], ids=["kept_graph", "recompute"])
 @pytest.mark.parametrize("mode", list(MODES))
 def test_random_function_draws_from_torch_and_its_backward_sees_the_mask(mode, record):

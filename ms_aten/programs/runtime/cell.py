@@ -66,10 +66,10 @@ class ProgramCell(nn.Cell):
         return self._function
 
     def __call__(self, *args, **kwargs):
-        # A call from Python (PYNATIVE, or a GRAPH-mode call not inside another graph, whose
-        # graph MindSpore compiles from construct without calling this): torch's pytree matches the
-        # arguments to the capture's, and construct takes the flat tensors, which is also the
-        # form set_inputs declares for a dynamic capture.
+        # A call from Python (PYNATIVE, or GRAPH mode outside any graph; a graph around the Cell
+        # compiles construct without calling this): torch's pytree matches the arguments to the
+        # capture's, and construct takes the flat tensors, which is also the form set_inputs
+        # declares for a dynamic capture.
         # The outputs come back flat and nest here: a dict among a compiled graph's own outputs
         # makes MindSpore 2.10 type them Any, and recompile the program's kernel where it cannot.
         leaves = self._inputs.flatten(args, kwargs)

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import mindspore as ms
 import numpy as np
@@ -127,3 +128,16 @@ def growth_per_cell(resident: Sequence[float]) -> float:
     turn, whose allocations differ, cancel out (single steps alternating +8 and -8 MiB once
     read as 6 MiB per Cell with every Cell freed)."""
     return statistics.median(np.subtract(resident[2:], resident[:-2]) / 2)
+
+
+def record_calls(monkeypatch: Any, module: ModuleType, name: str) -> list:
+    """Wraps `module.name` (for the test's duration) so that each call's first argument is
+    appended to the list returned, then the real function runs."""
+    calls: list = []
+    real = getattr(module, name)
+
+    def recording(first, *rest):
+        calls.append(first)
+        return real(first, *rest)
+    monkeypatch.setattr(module, name, recording)
+    return calls

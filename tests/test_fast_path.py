@@ -20,6 +20,7 @@ from common import (
     cotangents,
     flat,
     randn,
+    record_calls,
     regroup,
     set_mode,
     to_ms,
@@ -83,9 +84,7 @@ def test_a_graph_mode_call_outside_any_graph_takes_the_fast_path(monkeypatch):
     """GRAPH mode runs an op called from Python at once, as PYNATIVE does: through the fast
     path; inside ms.jit the op is compiled, on its AOT kernel. Both equal torch's, in both
     dtypes, 0-dim and zero-size inputs too."""
-    taken = []
-    monkeypatch.setattr(fast_path, "call", lambda op, *a, real=fast_path.call: (
-        taken.append(op), real(op, *a))[1])
+    taken = record_calls(monkeypatch, fast_path, "call")
     set_mode("graph")
     op = ms_aten.op("leaky_relu", negative_slope=0.2)
 

@@ -13,7 +13,17 @@ from torch.export import Dim
 import ms_aten
 from ms_aten.programs.base import Signature
 
-from common import MODES, BridgeKernel, OpCell, assert_same, run, set_mode, to_ms, to_torch
+from common import (
+    MODES,
+    BridgeKernel,
+    OpCell,
+    assert_same,
+    record_calls,
+    run,
+    set_mode,
+    to_ms,
+    to_torch,
+)
 
 
 def quantize(x: torch.Tensor) -> torch.Tensor:
@@ -105,9 +115,7 @@ def test_a_graph_mode_call_from_python_takes_the_fast_path(monkeypatch):
     Cell, MindSpore compiles it with the AOT kernel."""
     from ms_aten.programs.runtime import fast_path
 
-    taken = []
-    monkeypatch.setattr(fast_path, "call", lambda f, *a, real=fast_path.call: (
-        taken.append(f), real(f, *a))[1])
+    taken = record_calls(monkeypatch, fast_path, "call")
     set_mode("graph")
     args = (torch.randn(3, 4), torch.randn(5, 4), torch.randn(5), torch.randn(5))
     fn = ms_aten.function(block, args)

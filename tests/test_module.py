@@ -15,7 +15,7 @@ from training import train_ms, train_torch
 import ms_aten
 from ms_aten import to_ms, to_torch
 
-from common import set_mode
+from common import record_calls, set_mode
 
 FACTORIES = {"gpt2": models.gpt2, "bert": models.bert, "cnn_eval": models.cnn,
              "cnn_train": lambda: models.cnn(train=True), "lstm": models.lstm}
@@ -214,9 +214,7 @@ def test_a_graph_mode_call_from_python_launches_without_compiling_a_graph(monkey
     c = case("gpt2")
     set_mode("graph")
     cell = ms_aten.module(c.module, c.inputs)
-    direct = []
-    monkeypatch.setattr(fast_path, "call", lambda f, *a, real=fast_path.call: (
-        direct.append(f), real(f, *a))[1])
+    direct = record_calls(monkeypatch, fast_path, "call")
     if hooked:
         def double_the_logits(_cell, _args, outputs):  # the flat outputs, logits first
             return (outputs[0] * 2,) + outputs[1:]

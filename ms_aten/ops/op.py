@@ -91,7 +91,7 @@ class AtenOp(CppInferred):
         result: Any
         if self.device_target == "CPU" and pyboost.available():
             result = fast_path.call(self, *args)
-        else:  # PYNATIVE's Custom route: MindSpore infers this call next
+        else:  # Custom's route (no fast path here): MindSpore infers this call next
             pattern = patterns.from_call(self.binding, args)
             self._fix_pattern(pattern)
             flat = fast_path.flatten(args)

@@ -389,8 +389,9 @@ class TorchModule(ProgramCell):
         follow(self)
         if self._change_check is None or not graph_mode():
             return super().__call__(*args, **kwargs)
-        # The graph this call launches checks again in its ChangeCheck op, with no Python run
-        # in between: that op skips its check while this flag is up.
+        # Where MindSpore compiles the Cell for this call (not _runs_directly), its graph checks
+        # again in its ChangeCheck op, with no Python run in between: that op skips its check
+        # while this flag is up.
         object.__setattr__(self, "_followed", True)
         try:
             return super().__call__(*args, **kwargs)

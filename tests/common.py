@@ -8,6 +8,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
@@ -116,7 +117,10 @@ def start_fresh(args: list[str], unset: tuple[str, ...] = (), timeout: int = 600
 
 
 def resident_mib() -> float:
-    """This process's resident memory, MiB."""
+    """This process's resident memory, MiB, once ms_aten's launch thread has given back an idle
+    OpenMP team (within 8 ms of its last launch: docs/devices.md, "Threads on the CPU"), so
+    that readings do not count its workers' memory by turns (about 12 MiB here)."""
+    time.sleep(0.02)
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
 

@@ -30,18 +30,21 @@ import mindspore as ms
 sys.path.insert(0, sys.argv[2])  # tests/, for loss_cell
 from loss_cell import SumOf
 
+# CPU seconds of the live threads named "ms_aten launch", of every live thread, and of the
+# process (threads that ended included: the launch thread's workers end when it gives its team
+# back).
 def cpu_seconds():
-    launch = total = 0.0
+    launch = live = 0.0
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/comm") as comm, \
                     open(f"/proc/self/task/{tid}/schedstat") as schedstat:
                 name, seconds = comm.read().strip(), int(schedstat.read().split()[0]) / 1e9
-        except FileNotFoundError:  # a thread that ended meanwhile
+        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
             continue
-        total += seconds
+        live += seconds
         launch += seconds if name == "ms_aten launch" else 0.0
-    return launch, total
+    return launch, live, time.process_time()
 
 ms.set_device("CPU")
 width = 1024
@@ -61,14 +64,15 @@ for mode in ("GRAPH", "PYNATIVE"):
     for _ in range(10):
         grad(x).asnumpy()
     after = cpu_seconds()
-    spent[mode] = [a - b for a, b in zip(after, before)]
-time.sleep(0.5)  # OpenMP's workers stop spinning after the last parallel region
+    launch, live, total = (a - b for a, b in zip(after, before))
+    spent[mode] = [launch + total - live, total]  # the threads that ended were the workers
+time.sleep(0.5)  # the launch thread has given its team back
 before = cpu_seconds()
 for _ in range(2000):
     mul(small, small)
 mul(small, small).asnumpy()
 after = cpu_seconds()
-spent["small ops"] = [a - b for a, b in zip(after, before)]
+spent["small ops"] = [a - b for a, b in zip(after[:2], before[:2])]
 print(json.dumps(spent))
 """
 
@@ -203,7 +207,7 @@ def launch_threads():
         try:
             with open(f"/proc/self/task/{tid}/comm") as comm:
                 names.append(comm.read().strip())
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
             continue
     return names.count("ms_aten launch")
 
@@ -212,9 +216,11 @@ counts = []
 for rows in (8, 4096):  # 256 elements at most, then 131,072
     example = torch.randn(rows, 32)
     grad = ms.grad(SumOf(ms_aten.module(model, (example,))))
+    most = 0  # read after each step: an idle launch thread gives its team back
     for _ in range(20):
         grad(ms_aten.to_ms(example)).asnumpy()
-    counts.append(launch_threads())
+        most = max(most, launch_threads())
+    counts.append(most)
 print(*counts)
 """
 
@@ -230,3 +236,72 @@ def test_a_program_too_small_to_split_opens_no_team(mode_name, tmp_path):
     small, large = map(int, out.split()[-2:])
     assert small == 1, out  # the launch thread alone
     assert large > 1, out  # and its workers, once the rows are many
+
+
+# After a launch the launch thread waits a little for the next one, then gives its OpenMP team
+# back (csrc/launch/launch_thread.cpp): idle, libgomp's workers would spin on the cores
+# MindSpore's own kernels need between ms_aten's launches (its optimizer, its loss).
+# Launches back to back keep the team; a launch after the pause starts one again.
+IDLE_TEAM = """
+import os, sys, time
+import numpy as np
+import torch, ms_aten
+import mindspore as ms
+ms.set_device("CPU")
+ms.set_context(mode=getattr(ms, sys.argv[1] + "_MODE"))
+
+def launch_threads():
+    found = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                if comm.read().strip() == "ms_aten launch":
+                    found.add(tid)
+        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+            continue
+    return found
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
+example = torch.randn(512, 256)
+cell = ms_aten.module(model, (example,))
+x = ms_aten.to_ms(example)
+seen = []
+for _ in range(20):
+    cell(x).asnumpy()
+    seen.append(launch_threads())
+time.sleep(0.2)
+idle = launch_threads()
+again = []
+for _ in range(5):
+    out = cell(x).asnumpy()
+    again.append(launch_threads())
+paced = []  # launches a little further apart than the shortest wait, as a decoding loop's
+for _ in range(30):
+    time.sleep(0.0006)
+    cell(x).asnumpy()
+    paced.append(launch_threads())
+with torch.no_grad():
+    same = np.allclose(out, model(example).numpy(), rtol=1e-5, atol=1e-5)
+print(max(map(len, seen)), len(set().union(*seen)), len(idle), max(map(len, again)),
+      len(set().union(*paced)), same)
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="ATen opens no team on one core")
+@pytest.mark.parametrize("mode_name", ["GRAPH", "PYNATIVE"])
+def test_an_idle_launch_thread_gives_its_team_back(mode_name, tmp_path):
+    out = run_fresh(["-c", IDLE_TEAM, mode_name],
+                    unset=("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MS_ATEN_NUM_THREADS"),
+                    timeout=300)
+    most, ever, idle, again, paced, same = out.split()[-6:]
+    team = int(most) - 1  # the launch thread's workers
+    assert team >= 1, out
+    # 20 launches back to back: the same workers throughout, give or take a pause the machine's
+    # load put between two of them (a new team every launch would be 1 + 20 * team threads).
+    assert int(ever) <= 1 + 4 * team, out
+    assert int(idle) == 1, out  # the launch thread alone
+    assert int(again) == 1 + team and same == "True", out
+    # 30 launches 0.6 ms apart: once a release or two has been followed by a launch at once, the
+    # launch thread waits longer, and the team stays (a team a launch would be 1 + 30 * team).
+    assert int(paced) <= 1 + 10 * team, out

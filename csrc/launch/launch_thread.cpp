@@ -7,8 +7,11 @@
 #include <ATen/ThreadLocalState.h>
 #include <c10/util/ParallelGuard.h>
 #include <pthread.h>
+#include <time.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -25,6 +28,24 @@ namespace ms_aten {
 namespace {
 
 constexpr int kOmpPauseSoft = 1;  // omp_pause_soft: threads go, settings stay
+
+// How long the launch thread waits for its next task before it gives its OpenMP team back.
+// Idle, libgomp's workers spin for a while (about 10 ms on a 2-core EPYC: GOMP_SPINCOUNT's
+// default, throttled only when the process manages more threads than cores) on the cores that
+// MindSpore's own kernels need between ms_aten's launches, its optimizer and its loss
+// (GPT-2 medium's nn.Adam step: 60.6 -> 46.9 ms, docs/devices.md). The first launch after a
+// release starts the team again and its workers' first work runs cold: a decoding loop that
+// paid that every token made a third fewer tokens a second. So the wait adapts (adapt_wait),
+// from the shortest up to about the spin's length.
+constexpr std::chrono::microseconds kShortestIdle{500};
+constexpr std::chrono::microseconds kLongestIdle{8000};
+constexpr double kBusyCores = 1.5;  // see adapt_wait
+
+int64_t process_cpu_ns() {
+  timespec now{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
 
 std::atomic<int> g_num_threads{0};  // 0: ATen's default (one per core)
 
@@ -85,7 +106,19 @@ class LaunchThread {
       Task* task = nullptr;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        ready_.wait(lock, [this] { return !queue_.empty(); });
+        const auto has_task = [this] { return !queue_.empty(); };
+        if (!ready_.wait_for(lock, idle_before_release_, has_task)) {
+          lock.unlock();  // a caller may queue its task meanwhile
+          release_idle_team();
+          const auto released = std::chrono::steady_clock::now();
+          const int64_t cpu_at_release = process_cpu_ns();
+          lock.lock();
+          ready_.wait(lock, has_task);
+          adapt_wait(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - released)
+                         .count(),
+                     process_cpu_ns() - cpu_at_release);
+        }
         task = queue_.front();
         queue_.pop_front();
       }
@@ -110,6 +143,26 @@ class LaunchThread {
     }
   }
 
+  // After a release and the rest that followed it (wall and the process's CPU nanoseconds).
+  // The release paid where the process's other threads kept more than one core busy meanwhile
+  // (MindSpore's optimizer or loss: the cores the team's spin would have taken). Where they did
+  // not, and the rest was shorter than the spin (host work on one thread), the team's restart
+  // bought nothing: twice in a row, wait longer. A release that paid brings the wait back down;
+  // a longer rest costs nothing either way (the workers would have been asleep by then).
+  // Requiring the rest to outlast the wait as well kept decoding loops' releases away but lost
+  // most of the training gain (MindSpore's loss between launches is often shorter): measured,
+  // not taken (benchmarks/results/models/2026-11-29_idle_team_release.md).
+  void adapt_wait(int64_t rest_ns, int64_t cpu_ns) {
+    const bool paid = cpu_ns > kBusyCores * static_cast<double>(rest_ns);
+    if (paid) idle_before_release_ = std::max(idle_before_release_ / 2, kShortestIdle);
+    if (paid || std::chrono::nanoseconds(rest_ns) >= kLongestIdle) {
+      idle_releases_in_a_row_ = 0;
+    } else if (++idle_releases_in_a_row_ == 2) {
+      idle_before_release_ = std::min(idle_before_release_ * 2, kLongestIdle);
+      idle_releases_in_a_row_ = 0;
+    }
+  }
+
   // Around fork(): no thread may be starting the launch thread while the process is copied.
   static void lock_for_fork() { starting_.lock(); }
   static void unlock_after_fork() { starting_.unlock(); }
@@ -129,6 +182,10 @@ class LaunchThread {
   std::condition_variable finished_;
   std::deque<Task*> queue_;
   std::thread::id id_;
+  // The launch thread's own: how long it waits before a release, and the releases in a row
+  // that bought nothing (adapt_wait).
+  std::chrono::microseconds idle_before_release_ = kShortestIdle;
+  int idle_releases_in_a_row_ = 0;
 };
 
 }  // namespace

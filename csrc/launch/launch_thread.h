@@ -10,7 +10,9 @@
 // Here every kernel whose work ATen may split runs on the launch thread, one team for all of
 // them, with the thread count ms_aten.set_num_threads chose. Work too small for ATen to split
 // runs inline on the caller's thread, where a hand-off would cost more than the work, with
-// ATen's parallel loops held to that thread so that no team is opened there.
+// ATen's parallel loops held to that thread so that no team is opened there. Idle, the launch
+// thread gives its team back after a wait that adapts (launch_thread.cpp): its spinning workers
+// would otherwise take the cores MindSpore's own kernels run on between ms_aten's launches.
 #pragma once
 
 #include <functional>

@@ -125,6 +125,20 @@ def resident_mib() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
 
 
+def launch_thread_ids() -> set[str]:
+    """The ids of this process's threads named "ms_aten launch": the launch thread and the
+    OpenMP workers it started (csrc/launch/launch_thread.h)."""
+    found = set()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                if comm.read().strip() == "ms_aten launch":
+                    found.add(tid)
+        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+            continue
+    return found
+
+
 def growth_per_cell(resident: Sequence[float]) -> float:
     """MiB per Cell of a process's resident memory, read after each of Cells made and dropped
     in turn: the median of its growths over two Cells at a time, halved. A Cell that stays shows

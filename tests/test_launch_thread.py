@@ -193,23 +193,14 @@ def test_small_work_with_a_parallel_loop_opens_no_team_on_mindspore_s_thread(mod
 # thread (csrc/program/program.h, too_small_to_split): its forward and backward open no OpenMP
 # team, though layer_norm splits its rows with grain 1; the same model over more rows does.
 SMALL_PROGRAM = """
-import os, sys
+import sys
 import torch, ms_aten
 import mindspore as ms
-sys.path.insert(0, sys.argv[2])  # tests/, for loss_cell
+sys.path.insert(0, sys.argv[2])  # tests/, for loss_cell and common
+from common import launch_thread_ids
 from loss_cell import SumOf
 ms.set_device("CPU")
 ms.set_context(mode=getattr(ms, sys.argv[1] + "_MODE"))
-
-def launch_threads():
-    names = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as comm:
-                names.append(comm.read().strip())
-        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
-            continue
-    return names.count("ms_aten launch")
 
 model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.LayerNorm(32))
 counts = []
@@ -219,7 +210,7 @@ for rows in (8, 4096):  # 256 elements at most, then 131,072
     most = 0  # read after each step: an idle launch thread gives its team back
     for _ in range(20):
         grad(ms_aten.to_ms(example)).asnumpy()
-        most = max(most, launch_threads())
+        most = max(most, len(launch_thread_ids()))
     counts.append(most)
 print(*counts)
 """
@@ -243,23 +234,14 @@ def test_a_program_too_small_to_split_opens_no_team(mode_name, tmp_path):
 # MindSpore's own kernels need between ms_aten's launches (its optimizer, its loss).
 # Launches back to back keep the team; a launch after the pause starts one again.
 IDLE_TEAM = """
-import os, sys, time
+import sys, time
 import numpy as np
 import torch, ms_aten
 import mindspore as ms
+sys.path.insert(0, sys.argv[2])  # tests/, for common
+from common import launch_thread_ids
 ms.set_device("CPU")
 ms.set_context(mode=getattr(ms, sys.argv[1] + "_MODE"))
-
-def launch_threads():
-    found = set()
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as comm:
-                if comm.read().strip() == "ms_aten launch":
-                    found.add(tid)
-        except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
-            continue
-    return found
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
@@ -269,18 +251,18 @@ x = ms_aten.to_ms(example)
 seen = []
 for _ in range(20):
     cell(x).asnumpy()
-    seen.append(launch_threads())
+    seen.append(launch_thread_ids())
 time.sleep(0.2)
-idle = launch_threads()
+idle = launch_thread_ids()
 again = []
 for _ in range(5):
     out = cell(x).asnumpy()
-    again.append(launch_threads())
+    again.append(launch_thread_ids())
 paced = []  # launches a little further apart than the shortest wait, as a decoding loop's
 for _ in range(30):
     time.sleep(0.0006)
     cell(x).asnumpy()
-    paced.append(launch_threads())
+    paced.append(launch_thread_ids())
 with torch.no_grad():
     same = np.allclose(out, model(example).numpy(), rtol=1e-5, atol=1e-5)
 print(max(map(len, seen)), len(set().union(*seen)), len(idle), max(map(len, again)),
@@ -291,7 +273,7 @@ print(max(map(len, seen)), len(set().union(*seen)), len(idle), max(map(len, agai
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="ATen opens no team on one core")
 @pytest.mark.parametrize("mode_name", ["GRAPH", "PYNATIVE"])
 def test_an_idle_launch_thread_gives_its_team_back(mode_name, tmp_path):
-    out = run_fresh(["-c", IDLE_TEAM, mode_name],
+    out = run_fresh(["-c", IDLE_TEAM, mode_name, str(Path(__file__).parent)],
                     unset=("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MS_ATEN_NUM_THREADS"),
                     timeout=300)
     most, ever, idle, again, paced, same = out.split()[-6:]
@@ -302,6 +284,7 @@ def test_an_idle_launch_thread_gives_its_team_back(mode_name, tmp_path):
     assert int(ever) <= 1 + 4 * team, out
     assert int(idle) == 1, out  # the launch thread alone
     assert int(again) == 1 + team and same == "True", out
-    # 30 launches 0.6 ms apart: once a release or two has been followed by a launch at once, the
-    # launch thread waits longer, and the team stays (a team a launch would be 1 + 30 * team).
+    # 30 launches 0.6 ms apart: once two releases in a row have bought nothing (the rest
+    # between launches is a sleep, no CPU used), the launch thread waits longer, and the team
+    # stays (a team a launch would be 1 + 30 * team).
     assert int(paced) <= 1 + 10 * team, out

@@ -33,7 +33,7 @@ constexpr int kOmpPauseSoft = 1;  // omp_pause_soft: threads go, settings stay
 // Idle, libgomp's workers spin for a while (about 10 ms on a 2-core EPYC: GOMP_SPINCOUNT's
 // default, throttled only when the process manages more threads than cores) on the cores that
 // MindSpore's own kernels need between ms_aten's launches, its optimizer and its loss
-// (GPT-2 medium's nn.Adam step: 60.6 -> 46.9 ms, docs/devices.md). The first launch after a
+// (GPT-2 medium's nn.Adam step: 60.6 -> 47.7 ms, docs/devices.md). The first launch after a
 // release starts the team again and its workers' first work runs cold: a decoding loop that
 // paid that every token made a third fewer tokens a second. So the wait adapts (adapt_wait),
 // from the shortest up to about the spin's length.
@@ -114,9 +114,7 @@ class LaunchThread {
           const int64_t cpu_at_release = process_cpu_ns();
           lock.lock();
           ready_.wait(lock, has_task);
-          adapt_wait(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::steady_clock::now() - released)
-                         .count(),
+          adapt_wait(std::chrono::steady_clock::now() - released,
                      process_cpu_ns() - cpu_at_release);
         }
         task = queue_.front();
@@ -152,10 +150,10 @@ class LaunchThread {
   // Requiring the rest to outlast the wait as well kept decoding loops' releases away but lost
   // most of the training gain (MindSpore's loss between launches is often shorter): measured,
   // not taken (benchmarks/results/models/2026-11-29_idle_team_release.md).
-  void adapt_wait(int64_t rest_ns, int64_t cpu_ns) {
-    const bool paid = cpu_ns > kBusyCores * static_cast<double>(rest_ns);
+  void adapt_wait(std::chrono::nanoseconds rest, int64_t cpu_ns) {
+    const bool paid = cpu_ns > kBusyCores * static_cast<double>(rest.count());
     if (paid) idle_before_release_ = std::max(idle_before_release_ / 2, kShortestIdle);
-    if (paid || std::chrono::nanoseconds(rest_ns) >= kLongestIdle) {
+    if (paid || rest >= kLongestIdle) {
       idle_releases_in_a_row_ = 0;
     } else if (++idle_releases_in_a_row_ == 2) {
       idle_before_release_ = std::min(idle_before_release_ * 2, kLongestIdle);

@@ -35,12 +35,8 @@ constexpr int kOmpPauseSoft = 1;  // omp_pause_soft: threads go, settings stay
 // MindSpore's own kernels need between ms_aten's launches, its optimizer and its loss
 // (GPT-2 medium's nn.Adam step: 60.6 -> 47.7 ms, docs/devices.md). The first launch after a
 // release starts the team again and its workers' first work runs cold: a decoding loop that
-// paid that every token made a third fewer tokens a second. So after a training launch (a
-// forward keeping its graph, a backward, an optimizer's update, an op in MindSpore's graph) the
-// wait adapts (adapt_wait), from the shortest up to about the spin's length; after an inference
-// program (note_inference_launch) it is that length: a decoding loop's rest is host work on one
-// thread, which adapt_wait cannot tell from MindSpore's loss (MindSpore's idle threads yield,
-// and count as busy).
+// paid that every token made a third fewer tokens a second. So the wait adapts (adapt_wait),
+// from the shortest up to about the spin's length.
 constexpr std::chrono::microseconds kShortestIdle{500};
 constexpr std::chrono::microseconds kLongestIdle{8000};
 constexpr double kBusyCores = 1.5;  // see adapt_wait
@@ -51,8 +47,7 @@ int64_t process_cpu_ns() {
   return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
 }
 
-std::atomic<int> g_num_threads{0};             // 0: ATen's default (one per core)
-thread_local bool t_inference_launch = false;  // note_inference_launch, on the launch thread
+std::atomic<int> g_num_threads{0};  // 0: ATen's default (one per core)
 
 struct Task {
   const std::function<void()>& work;
@@ -112,18 +107,15 @@ class LaunchThread {
       {
         std::unique_lock<std::mutex> lock(mutex_);
         const auto has_task = [this] { return !queue_.empty(); };
-        const bool inference = t_inference_launch;  // the last task's
-        if (!ready_.wait_for(lock, inference ? kLongestIdle : idle_before_release_, has_task)) {
+        if (!ready_.wait_for(lock, idle_before_release_, has_task)) {
           lock.unlock();  // a caller may queue its task meanwhile
           release_idle_team();
           const auto released = std::chrono::steady_clock::now();
           const int64_t cpu_at_release = process_cpu_ns();
           lock.lock();
           ready_.wait(lock, has_task);
-          if (!inference) {
-            adapt_wait(std::chrono::steady_clock::now() - released,
-                       process_cpu_ns() - cpu_at_release);
-          }
+          adapt_wait(std::chrono::steady_clock::now() - released,
+                     process_cpu_ns() - cpu_at_release);
         }
         task = queue_.front();
         queue_.pop_front();
@@ -133,7 +125,6 @@ class LaunchThread {
       if (const int wanted = num_threads(); wanted > 0 && at::get_num_threads() != wanted) {
         at::set_num_threads(wanted);
       }
-      t_inference_launch = false;
       try {
         at::ThreadLocalStateGuard guard(task->state);
         task->work();
@@ -234,8 +225,6 @@ void run_inline(const std::function<void()>& work) {
   c10::ParallelGuard guard(true);  // the same for ATen's own thread pool (a build without OpenMP)
   work();
 }
-
-void note_inference_launch() { t_inference_launch = true; }
 
 bool too_small_to_split(int nparam, const int* ndims, const int64_t* const* shapes) {
   for (int i = 0; i < nparam; ++i) {

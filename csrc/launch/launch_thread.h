@@ -11,8 +11,8 @@
 // them, with the thread count ms_aten.set_num_threads chose. Work too small for ATen to split
 // runs inline on the caller's thread, where a hand-off would cost more than the work, with
 // ATen's parallel loops held to that thread so that no team is opened there. Idle, the launch
-// thread gives its team back after a wait (launch_thread.cpp): its spinning workers would
-// otherwise take the cores MindSpore's own kernels run on between ms_aten's launches.
+// thread gives its team back after a wait that adapts (launch_thread.cpp): its spinning workers
+// would otherwise take the cores MindSpore's own kernels run on between ms_aten's launches.
 #pragma once
 
 #include <functional>
@@ -27,13 +27,6 @@ void run_on_launch_thread(const std::function<void()>& work);
 // Runs `work` on the calling thread with ATen's parallel loops kept on it: no OpenMP team is
 // opened there.
 void run_inline(const std::function<void()>& work);
-
-// Called by a launch that ran a whole program's forward keeping no autograd graph (inference: a
-// decoding loop, an evaluation). After such a launch the launch thread keeps its team for about
-// the length of its workers' spin instead of the wait that adapts to training's launches
-// (launch_thread.cpp): between a decoding loop's tokens there is host work, not MindSpore's
-// kernels, and a team started again every token cost it tokens a second.
-void note_inference_launch();
 
 // Whether a kernel with these buffers is too small for ATen to split: every buffer holds fewer
 // elements than ATen's grain size (at::internal::GRAIN_SIZE), below which its parallel loops

@@ -16,7 +16,6 @@
 
 #include "boundary/ms_ext.h"
 #include "launch/kernel.h"
-#include "launch/launch_thread.h"
 #include "op/grad.h"
 #include "op/results.h"
 
@@ -568,7 +567,6 @@ int64_t Program::forward(const std::vector<at::Tensor>& inputs,
   // would wait for the stream, so a device's forward parks nothing and its VJP recomputes.
   if (keep == Keep::kPark && !device.is_cpu()) keep = Keep::kNothing;
   if (keep == Keep::kNothing) {
-    note_inference_launch();
     c10::InferenceMode guard;
     std::vector<c10::IValue> values = table(inputs, device);
     evaluate(values, 0, nodes_.size(), device);

@@ -14,6 +14,7 @@ from mindspore import nn
 
 import ms_aten
 from ms_aten import to_ms, to_torch
+from ms_aten.programs.capture.guards import Guards
 from ms_aten.programs.runtime.changes import TorchModuleChanged
 
 from common import set_mode
@@ -332,16 +333,23 @@ class Typed(torch.nn.Module):
         self.fill = 2
         self.pair = (1, 3)
         self.rows = [[1, 2]]
+        self.flat = [1, 3]
+        self.table = {"a": 1, "b": 2}
+        self.members = {1, 2}
+        self.extra: list[int] = []
 
     def forward(self, x):
-        return (x.sum() + torch.full((2,), self.fill), torch.tensor(self.pair),
-                torch.tensor(self.rows))
+        return (x.sum() + torch.full((2,), self.fill) + len(self.extra), torch.tensor(self.pair),
+                torch.tensor(self.rows), torch.tensor(self.flat),
+                torch.tensor(list(self.table.values())), torch.tensor(sorted(self.members)))
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_equal_value_of_another_type(mode):
-    """An attribute replaced by an equal value of another type, at the top, in a tuple and in
-    a nested list edited in place: captured again, the dtypes torch's."""
+    """An attribute replaced by an equal value of another type, at the top, in a tuple, in a
+    nested list edited in place, and in a flat list, dict and set edited in place (the quick
+    check's one comparison of their _flat forms): captured again, the dtypes torch's. An empty
+    list replaced by another changes nothing, and what is put in the new one later is seen."""
     set_mode(mode)
     model = Typed()
     cell = ms_aten.module(model, (X,))
@@ -359,4 +367,36 @@ def test_equal_value_of_another_type(mode):
     check()
     model.rows[0][0] = 1.0
     check()
-    assert [c.path for changes in cell.recaptures for c in changes] == ["fill", "pair", "rows"]
+    model.flat[0] = 1.0
+    check()
+    model.table["a"] = 1.0
+    check()
+    model.members.discard(1)
+    model.members.add(1.0)
+    check()
+    model.extra = []
+    check()
+    model.extra.append(5)
+    check()
+    assert [c.path for changes in cell.recaptures for c in changes] == [
+        "fill", "pair", "rows", "flat", "table", "members", "extra"]
+
+
+def test_quick_check_after_equal_replacements():
+    """The per-call check's quick pass (guards._Snapshot) is stricter than the detailed checks
+    and never laxer: a NaN in a list replaced by another NaN fails it, the detailed check finds
+    no change, and after the record it passes again; a dict's keys reordered in place fail it
+    and are a change (its values then come in another order)."""
+    module = torch.nn.Linear(2, 2)
+    module.limits = [float("nan"), 1.0]
+    module.order = {"a": 1, "b": 2}
+    guards = Guards(module)
+    assert guards.unchanged()
+    module.limits[0] = float("nan")
+    assert not guards.unchanged()
+    assert guards.values() == [] and guards.tree() == [] and guards.weights() == []
+    guards.record()
+    assert guards.unchanged()
+    module.order["a"] = module.order.pop("a")
+    assert not guards.unchanged()
+    assert [change.path for change in guards.values()] == ["order"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -253,10 +254,13 @@ class _Snapshot:
       their tables, and tensor attributes are compared by identity (a one-element tensor's `==`
       is its value), and have the same version counter and storage.
     - The objects have the same types (`1.0` for `1` is equal to `==` but makes another
-      dtype), and all but plain scalars are the same objects (`(1.0,)` for `(1,)`, a config
-      whose `==` compares its fields so): a new one costs a detailed check, which compares
-      items' types (_same) and takes another config as a change.
-    - Mutable plain containers (`_Held.deep`) have the same value, as values() compares them.
+      dtype), and all but plain scalars and the tables recorded empty are the same objects
+      (`(1.0,)` for `(1,)`, a config whose `==` compares its fields so): a new one costs a
+      detailed check, which compares items' types (_same) and takes another config as a
+      change. A table recorded empty needs no identity: a replacement equal to it is empty
+      too, and anything put in it later makes it differ from the recorded one.
+    - Mutable plain containers (`_Held.deep`) have the same value, as values() compares them:
+      a flat one of plain values in one C-level comparison of its _flat form, others by _same.
     Stricter than the detailed checks (`training` included): a False costs one detailed check
     and a record."""
 
@@ -266,8 +270,8 @@ class _Snapshot:
     keys: list[Any]
     objects: list[Any]
     types: list[type]
-    identity: list[int]  # the indices in objects of all but plain scalars
-    identical: list[Any]  # those objects
+    pick: Callable[[list[Any]], tuple[Any, ...]]  # the objects compared by identity
+    identical: tuple[Any, ...]  # those objects
     sized: list[Any]  # the other tables that are not dicts: by length
     lengths: list[int]
     weight_tables: list[dict]  # the non-empty parameter and buffer tables
@@ -277,7 +281,8 @@ class _Snapshot:
     versions: list[int]
     pointers: list[int]
     attributes: list[tuple[dict[str, Any], str, torch.Tensor]]  # tensor attributes
-    deep: list[tuple[dict[str, Any], str, Any]]  # plain containers: (state, key, recorded form)
+    # plain containers: (state, key, recorded form, its _flat form or None)
+    deep: list[tuple[dict[str, Any], str, Any, Any]]
 
     @staticmethod
     def of(tree: list[tuple[dict, dict, str]], weights: list[_Weight],
@@ -301,14 +306,17 @@ class _Snapshot:
         in_tables = list(chain.from_iterable(map(dict.values, weighed)))  # None: no bias
         tensors = [*(t for t in in_tables if t is not None), *(t for _, _, t in attributes)]
         objects = list(chain.from_iterable(map(dict.values, full)))
-        identity = [i for i, o in enumerate(objects) if type(o) not in _PLAIN_TYPES]
+        recorded_empty = set(map(id, empty))
+        identity = [i for i, o in enumerate(objects)
+                    if type(o) not in _PLAIN_TYPES and id(o) not in recorded_empty]
+        pick = _picker(identity)
         return _Snapshot(empty, full, list(map(len, full)), list(chain.from_iterable(full)),
-                         objects, list(map(type, objects)), identity,
-                         [objects[i] for i in identity], sized,
+                         objects, list(map(type, objects)), pick, pick(objects), sized,
                          list(map(len, sized)), weighed, list(chain.from_iterable(weighed)),
                          in_tables, tensors, list(map(_VERSION, tensors)),
                          list(map(torch.Tensor.data_ptr, tensors)), attributes,
-                         [entry for entry in deep if not isinstance(entry[2], _Identity)])
+                         [(state, key, kept, _flat(kept)) for state, key, kept in deep
+                          if not isinstance(kept, _Identity)])
 
     def unchanged(self) -> bool:
         full, weighed = self.full, self.weight_tables
@@ -317,8 +325,8 @@ class _Snapshot:
                     or list(chain.from_iterable(full)) != self.keys):
                 return False
             now = list(chain.from_iterable(map(dict.values, full)))
-            if (now != self.objects or list(map(type, now)) != self.types or not all(
-                    map(operator.is_, map(now.__getitem__, self.identity), self.identical))):
+            if (now != self.objects or list(map(type, now)) != self.types
+                    or not all(map(operator.is_, self.pick(now), self.identical))):
                 return False
         except Exception:  # an `==` that is not a bool (a tensor, an array): changed, to be safe
             return False
@@ -332,10 +340,47 @@ class _Snapshot:
         for state, key, tensor in self.attributes:
             if state.get(key) is not tensor:
                 return False
-        for state, key, kept in self.deep:
-            if not _same(kept, _recorded_now(state.get(key, _MISSING))):
+        for state, key, kept, flat in self.deep:
+            now = state.get(key, _MISSING)
+            if flat is not None:
+                if _flat(now) != flat:
+                    return False
+            elif not _same(kept, _recorded_now(now)):
                 return False
         return True
+
+
+def _picker(indices: list[int]) -> Callable[[list[Any]], tuple[Any, ...]]:
+    """The items of a list at `indices`, as a tuple, in one C-level call (operator.itemgetter,
+    which returns a lone item bare and takes no empty list of indices)."""
+    if not indices:
+        return lambda items: ()
+    if len(indices) == 1:
+        index = indices[0]
+        return lambda items: (items[index],)
+    return operator.itemgetter(*indices)
+
+
+def _flat(value: Any) -> Any:
+    """A container of values of the exact plain types as one form that `==` compares at C
+    level exactly as _same compares the container: its type, its items in order (a dict's
+    pairs; a set's as (type, value) pairs) and their types; None for any other value. A NaN
+    that is not the recorded object makes the forms differ: a detailed check then finds it
+    equal, as _same does."""
+    kind = type(value)
+    if kind is dict:
+        keys, values = list(map(type, value)), list(map(type, value.values()))
+        if _PLAIN_TYPES.issuperset(keys) and _PLAIN_TYPES.issuperset(values):
+            return kind, list(value.items()), keys, values
+    elif kind is list or kind is tuple:
+        types = list(map(type, value))
+        if _PLAIN_TYPES.issuperset(types):
+            return kind, list(value), types
+    elif kind is set or kind is frozenset:
+        pairs = frozenset(zip(map(type, value), value, strict=True))
+        if _PLAIN_TYPES.issuperset(item_type for item_type, _ in pairs):
+            return kind, pairs
+    return None
 
 
 @dataclass

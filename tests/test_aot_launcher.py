@@ -219,8 +219,13 @@ def test_the_benchmark_s_torch_gpt2_is_transformers_gpt2():
     cotangent = torch.randn(theirs.shape)
     ours.backward(cotangent)
     theirs.backward(cotangent)
+    # A bias's gradient sums the cotangent over every token: terms as large as the gradient's
+    # largest element, which the two graphs add in other orders (MKL's kernels for the CPU).
+    # Within float32 rounding of that scale: 3.8e-6 apart (one ulp at 60) on an AMD EPYC VM.
     for name, p in model.named_parameters():
-        torch.testing.assert_close(weights[name].grad, p.grad, atol=1e-6, rtol=1e-5, msg=name)
+        scale = max(1.0, float(p.grad.abs().max()))
+        torch.testing.assert_close(weights[name].grad, p.grad, atol=1e-6 * scale, rtol=1e-5,
+                                   msg=name)
 
 
 def test_the_benchmark_fails_a_wrong_result(made, checked, tmp_path):

@@ -282,9 +282,9 @@ def test_an_idle_launch_thread_gives_its_team_back(mode_name, tmp_path):
     # 20 launches back to back: the same workers, but for the restarts the wait's rule allows
     # while it grows past the rests between launches (a new team every launch would be
     # 1 + 20 * team threads). It doubles after two releases in a row that bought nothing, from
-    # 0.5 to 8 ms: two restarts at each of 4 waits, 8 at most. Where the rest (this loop's
-    # Python, a /proc walk of 0.3-0.6 ms) is under 0.5 ms there are none; on a slower VM it was
-    # 0.6-1.2 ms, and 5 and 6 restarts were seen.
+    # 0.5 to 8 ms: two restarts at each of 4 waits, 8 at most. Where the rest between launches
+    # (this loop's Python) is under 0.5 ms there are none; on a slower VM, where its /proc walk
+    # alone took 0.3-0.6 ms, 5 and 6 restarts were seen.
     assert int(ever) <= 1 + (1 + 8) * team, out
     assert int(idle) == 1, out  # the launch thread alone
     assert int(again) == 1 + team and same == "True", out
